@@ -1,0 +1,79 @@
+"""Creating the shard actors and finding the one that owns a session."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import ray
+
+from actors.shard import SessionShard
+from mnemoflow.config import Settings
+from mnemoflow.errors import ServiceUnavailable
+from mnemoflow.offload.entries import SessionAppend
+from mnemoflow.sharding import session_key, shard_for
+
+log = logging.getLogger(__name__)
+
+
+def shard_name(index: int) -> str:
+    return f"session-shard-{index}"
+
+
+def build_shards(settings: Settings) -> list[Any]:
+    """Create (or find) the N named shard actors. They restart on failure and reload from files."""
+    remote = ray.remote(SessionShard)
+    data_dir = str(settings.data_dir.resolve())
+    handles = [
+        remote.options(
+            name=shard_name(i),
+            namespace=settings.ray_namespace,
+            get_if_exists=True,
+            num_cpus=0,
+            max_restarts=-1,
+            max_task_retries=3,
+        ).remote(i, data_dir, settings.shard_idle_seconds, settings.shard_max_sessions)
+        for i in range(settings.session_shards)
+    ]
+    ray.get([h.stats.remote() for h in handles])  # wait until every shard is up
+    log.info("%d session shards ready", len(handles))
+    return handles
+
+
+class ShardClient:
+    """Routes calls to the shard that owns a session; looks the named actors up lazily."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._n = settings.session_shards
+        self._namespace = settings.ray_namespace
+        self._handles: dict[int, Any] = {}
+
+    def handle(self, index: int) -> Any:
+        if index not in self._handles:
+            try:
+                self._handles[index] = ray.get_actor(shard_name(index), namespace=self._namespace)
+            except ValueError as exc:
+                raise ServiceUnavailable(f"session shard {index} is not running: {exc}") from exc
+        return self._handles[index]
+
+    def index_for(self, tenant: str, session: str) -> int:
+        return shard_for(session_key(tenant, session), self._n)
+
+    async def notify(self, appended: list[SessionAppend]) -> None:
+        """Send each shard the new entries of its sessions, one call per shard, all shards at once."""
+        by_shard: dict[int, list[tuple[str, str, list[str], int]]] = {}
+        for a in appended:
+            update = (a.tenant, a.session, [e.model_dump_json() for e in a.new_entries], a.last_seq)
+            by_shard.setdefault(self.index_for(a.tenant, a.session), []).append(update)
+        await asyncio.gather(*(self.handle(i).sync.remote(u) for i, u in by_shard.items()))
+
+    async def get_state(self, tenant: str, session: str) -> dict[str, Any]:
+        return await self.handle(self.index_for(tenant, session)).get_state.remote(tenant, session)
+
+
+def connect_shards(settings: Settings) -> ShardClient:
+    """Join the Ray cluster at ``settings.ray_address`` (idempotent) and return a client for its shards."""
+    if not ray.is_initialized():
+        ray.init(address=settings.ray_address, namespace=settings.ray_namespace, logging_level=logging.WARNING)
+    return ShardClient(settings)

@@ -1,0 +1,89 @@
+"""SessionShard: the Ray actor that owns the state of many sessions (sessions are virtual actors).
+
+A session's state is loaded on first use from ``state.json`` (and caught up with its offload log when an
+update leaves a hole or when it is read), kept while the session is active, saved after every change, and evicted when idle or when the shard holds too
+many. So a shard can restart or move and lose nothing: files are the source of truth, memory is a cache.
+This class is plain Python; :func:`actors.build_shards` applies ``ray.remote`` to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+from mnemoflow.offload.entries import OffloadEntry, read_entries
+from mnemoflow.offload.session_state import SequenceGap, SessionState, advance, load_state, save_state
+from mnemoflow.storage import LocalFileStore
+
+log = logging.getLogger(__name__)
+
+SessionKey = tuple[str, str]
+
+
+class SessionShard:
+    def __init__(self, index: int, data_dir: str, idle_seconds: float, max_sessions: int) -> None:
+        self.index = index
+        self._files = LocalFileStore(Path(data_dir))
+        self._idle_seconds = idle_seconds
+        self._max_sessions = max_sessions
+        self._sessions: OrderedDict[SessionKey, tuple[SessionState, float]] = OrderedDict()
+        self._loads = 0
+
+    def _catch_up(self, state: SessionState) -> SessionState:
+        return advance(state, read_entries(self._files, state.tenant, state.session, after_seq=state.last_seq))
+
+    def _get(self, key: SessionKey) -> SessionState:
+        if key in self._sessions:
+            self._sessions.move_to_end(key)
+            return self._sessions[key][0]
+        self._loads += 1
+        return load_state(self._files, *key)
+
+    def _put(self, key: SessionKey, state: SessionState) -> None:
+        now = time.monotonic()
+        self._sessions[key] = (state, now)
+        self._sessions.move_to_end(key)
+        while self._sessions:
+            oldest_key, (_, touched) = next(iter(self._sessions.items()))
+            if len(self._sessions) <= self._max_sessions and now - touched < self._idle_seconds:
+                break
+            del self._sessions[oldest_key]  # saved on every change already: eviction only frees memory
+
+    def sync(self, updates: list[tuple[str, str, list[str], int]]) -> int:
+        """Apply new offload entries: ``(tenant, session, entries as JSON, last seq of the log)`` per session.
+
+        Entries already applied are ignored; a hole is filled from the session's log. Returns how many
+        sessions changed.
+        """
+        changed = 0
+        for tenant, session, raw_entries, last_seq in updates:
+            key = (tenant, session)
+            state = self._get(key)
+            if state.last_seq >= last_seq:
+                self._put(key, state)
+                continue
+            entries = [OffloadEntry.model_validate_json(raw) for raw in raw_entries]
+            try:
+                new_state = advance(state, entries)
+            except SequenceGap:
+                new_state = self._catch_up(state)
+            if new_state is not state:
+                save_state(self._files, new_state)
+                changed += 1
+            self._put(key, new_state)
+        return changed
+
+    def get_state(self, tenant: str, session: str) -> dict[str, object]:
+        """The session's state, caught up with its log."""
+        key = (tenant, session)
+        state = self._get(key)
+        caught_up = self._catch_up(state)
+        if caught_up is not state:
+            save_state(self._files, caught_up)
+        self._put(key, caught_up)
+        return caught_up.model_dump(mode="json")
+
+    def stats(self) -> dict[str, int]:
+        return {"index": self.index, "sessions_in_memory": len(self._sessions), "loads": self._loads}

@@ -1,0 +1,39 @@
+"""Turning raw topic records into typed events, and what a batch of them did.
+
+Records that do not parse are not retried (they never will parse): the caller parks them on the dead-letter
+topic with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+E = TypeVar("E", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    value: bytes
+    reason: str
+
+
+@dataclass(frozen=True)
+class Parsed(Generic[E]):
+    events: list[E]
+    rejected: list[tuple[int, Rejected]]  # (index in the batch, why)
+
+
+def parse_batch(model: type[E], values: Sequence[bytes]) -> Parsed[E]:
+    events: list[E] = []
+    rejected: list[tuple[int, Rejected]] = []
+    for i, value in enumerate(values):
+        try:
+            events.append(model.model_validate_json(value))
+        except ValidationError as exc:
+            reason = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
+            rejected.append((i, Rejected(value, reason or "invalid JSON")))
+    return Parsed(events, rejected)

@@ -1,0 +1,106 @@
+"""Typer commands. Runtimes are imported inside the commands, never at import time."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from mnemoflow.config import Settings
+
+app = typer.Typer(help="mnemoflow: memory for fleets of LLM agents.", no_args_is_help=True)
+console = Console()
+
+
+def _settings(data_dir: Path | None) -> Settings:
+    return Settings(data_dir=data_dir) if data_dir else Settings()
+
+
+def _api_key(settings: Settings, key: str | None) -> str:
+    if key:
+        return key
+    if settings.api_keys:
+        return next(iter(settings.api_keys.values())).get_secret_value()
+    path = settings.data_dir / "api-key"
+    if path.exists():
+        return path.read_text().strip()
+    raise typer.BadParameter("no API key: pass --key, set MNEMOFLOW_API_KEYS, or run `mnemoflow up` first")
+
+
+@app.command()
+def up(
+    data_dir: Annotated[Path | None, typer.Option(help="Where the layers are stored.")] = None,
+    port: Annotated[int | None, typer.Option(help="API port (default from settings, 8000).")] = None,
+) -> None:
+    """Start the stack (embedded broker unless a Kafka bootstrap is set), print where each part runs, run until Ctrl-C."""
+    from mnemoflow.cli.stack import Stack
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = _settings(data_dir)
+    if port is not None:
+        settings = settings.model_copy(update={"api_port": port})
+    if settings.llm_engine == "heuristic":
+        console.print("[yellow]No model configured: using the deterministic heuristic engine.[/]")
+    stack = Stack(settings)
+    stopping = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopping.set())
+    with console.status("starting broker, Ray, session shards, API and Faust worker..."):
+        info = stack.start()
+    table = Table(title="mnemoflow is up", show_header=False)
+    table.add_row("Kafka", f"{info.bootstrap} ({'embedded tansu' if info.embedded_broker else 'external'})")
+    table.add_row("Ray", info.ray_address)
+    table.add_row("API", f"{info.api_url}  (docs: {info.api_url}/docs)")
+    table.add_row("Faust worker", f"pid {info.worker_pid}, log {stack.log_dir / 'worker.log'}")
+    table.add_row("Data", str(info.data_dir))
+    table.add_row("API key", f"{info.data_dir / 'api-key'}" if (info.data_dir / "api-key").exists() else "from settings")
+    console.print(table)
+    console.print(f"READY {info.api_url}", highlight=False)
+    try:
+        while not stopping.wait(1.0):
+            if not stack.worker_alive():
+                console.print("[red]the Faust worker exited; restarting it[/]")
+                stack.start_worker()
+    finally:
+        with console.status("stopping..."):
+            stack.stop()
+        console.print("stopped cleanly")
+
+
+@app.command()
+def replay(
+    path: Annotated[Path, typer.Argument(exists=True, help="A JSON file or folder of trajectories / LoCoMo data.")],
+    api: Annotated[str, typer.Option(help="API base URL.")] = "http://127.0.0.1:8000",
+    key: Annotated[str | None, typer.Option(help="API key (default: settings or <data_dir>/api-key).")] = None,
+    data_dir: Annotated[Path | None, typer.Option()] = None,
+    user: Annotated[str, typer.Option(help="User id for trajectories (LoCoMo uses its speakers).")] = "replay",
+    limit: Annotated[int | None, typer.Option(help="Replay at most this many sources.")] = None,
+    batch: Annotated[int, typer.Option(min=1, max=500)] = 200,
+) -> None:
+    """Feed recorded conversations through the API, with a progress bar."""
+    from mnemoflow.cli.replaying import run_replay
+
+    settings = _settings(data_dir)
+    totals = run_replay(path, api, _api_key(settings, key), user=user, limit=limit, batch=batch, console=console)
+    console.print(f"replayed {totals.sources} sources: {totals.turns} turns, {totals.tool_results} tool results")
+
+
+@app.command()
+def status(
+    api: Annotated[str, typer.Option(help="API base URL.")] = "http://127.0.0.1:8000",
+) -> None:
+    """Is the API up? Exit code 1 if not."""
+    try:
+        response = httpx.get(f"{api}/health", timeout=5)
+        response.raise_for_status()
+    except httpx.HTTPError as exc:
+        console.print(f"[red]down[/]: {api} ({exc})")
+        raise typer.Exit(1) from exc
+    console.print(f"[green]up[/]: {api} {response.json()}")

@@ -1,0 +1,100 @@
+"""Typed settings, parsed once at the edge.
+
+Sources, strongest first: constructor arguments, ``MNEMOFLOW_*`` environment variables, the TOML file named by
+``MNEMOFLOW_CONFIG`` (or ``mnemoflow.toml`` in the working directory), defaults. Defaults give the embedded
+shape: no Kafka bootstrap means "start the tansu broker from its wheel"; no Ray address means "start Ray here".
+Nested values take a double underscore in the environment, for example ``MNEMOFLOW_API_KEYS='{"acme": "k1"}'``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from mnemoflow.ids import check_id
+
+TOPIC_TURNS = "mnemoflow.turns"
+TOPIC_TOOL_RESULTS = "mnemoflow.tool-results"
+TOPIC_DEAD_LETTERS = "mnemoflow.dead-letters"
+
+
+class Settings(BaseSettings):
+    """Every endpoint and size of a mnemoflow deployment."""
+
+    model_config = SettingsConfigDict(env_prefix="MNEMOFLOW_", env_nested_delimiter="__", extra="forbid")
+
+    data_dir: Path = Field(Path("./data"), description="Root of the human-readable layers (one folder per tenant).")
+
+    kafka_bootstrap: str | None = Field(None, description="host:port[,host:port]; None starts the embedded broker.")
+    turns_partitions: int = Field(8, ge=1, le=1024)
+    tool_results_partitions: int | None = Field(
+        None, ge=1, le=1024, description="Defaults to session_shards so a partition maps onto one shard."
+    )
+    topic_replication: int = Field(1, ge=1)
+    embedded_broker_port: int = Field(0, ge=0, le=65535, description="0 picks a free loopback port.")
+
+    ray_address: str | None = Field(None, description="Ray GCS address; None starts Ray locally.")
+    ray_namespace: str = "mnemoflow"
+    session_shards: int = Field(4, ge=1, le=4096)
+    shard_idle_seconds: float = Field(600.0, gt=0, description="Evict a session's state after this much idleness.")
+    shard_max_sessions: int = Field(10_000, ge=1, description="Bound on sessions one shard keeps in memory.")
+
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(8000, ge=0, le=65535)
+    api_keys: dict[str, SecretStr] = Field(
+        default_factory=dict, description="tenant -> API key. Empty: `mnemoflow up` makes one for tenant 'default'."
+    )
+    max_body_bytes: int = Field(1 << 20, ge=1024)
+
+    worker_batch_size: int = Field(1000, ge=1)
+    worker_batch_seconds: float = Field(0.05, gt=0)
+    worker_max_attempts: int = Field(5, ge=1, description="Tries of a batch before its events go to dead letters.")
+    worker_session_timeout: float = Field(
+        30.0, ge=6, description="Seconds before Kafka gives a dead worker's partitions to another (also a restart)."
+    )
+
+    milvus_uri: str | None = Field(None, description="Milvus URI; None uses the embedded vector index.")
+    llm_engine: Literal["heuristic", "openai", "llama_cpp", "vllm"] = "heuristic"
+    llm_url: str | None = None
+
+    @field_validator("api_keys")
+    @classmethod
+    def _tenants_are_ids(cls, keys: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        for tenant in keys:
+            check_id(tenant)
+        return keys
+
+    def to_env(self) -> dict[str, str]:
+        """These settings as ``MNEMOFLOW_*`` variables, so a child process (the Faust worker) sees the same."""
+        env = {}
+        for name, value in self.model_dump(mode="json", exclude_none=True).items():
+            if name == "api_keys":
+                value = {tenant: key.get_secret_value() for tenant, key in self.api_keys.items()}
+            env[f"MNEMOFLOW_{name.upper()}"] = value if isinstance(value, str) else json.dumps(value)
+        return env
+
+    @property
+    def shard_partitions(self) -> int:
+        return self.tool_results_partitions or self.session_shards
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_file = os.environ.get("MNEMOFLOW_CONFIG", "mnemoflow.toml")
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=toml_file))

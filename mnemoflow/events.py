@@ -1,0 +1,92 @@
+"""Events on the Kafka topics: what an agent submits, stamped with its tenant.
+
+The API validates the ``*In`` bodies; the tenant comes from the API key, never from the body. The events are
+the wire format of ``mnemoflow.turns`` (key ``tenant/user``) and ``mnemoflow.tool-results`` (key
+``tenant/session``). Each carries the id that makes every sink idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+from mnemoflow.ids import SafeId
+
+MAX_TEXT_CHARS = 256 * 1024  # one event must fit in a Kafka record (1 MB by default) even when JSON-escaped
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _utc(ts: datetime) -> datetime:
+    return ts.astimezone(UTC)
+
+
+class TurnIn(_Strict):
+    """One conversation message as an agent submits it."""
+
+    message_id: SafeId
+    user: SafeId
+    session: SafeId
+    role: Literal["user", "assistant"]
+    content: str = Field(max_length=MAX_TEXT_CHARS)
+    ts: AwareDatetime | None = Field(None, description="When the message was said; the server's time if absent.")
+
+
+class ToolResultIn(_Strict):
+    """One tool call and its raw output."""
+
+    tool_call_id: SafeId
+    session: SafeId
+    user: SafeId | None = None
+    tool_name: str = Field(min_length=1, max_length=256)
+    arguments: str | dict[str, Any] = Field(default="", description="The call's arguments, JSON text or object.")
+    content: str = Field(max_length=MAX_TEXT_CHARS, description="Raw tool output; stored byte-exact.")
+    ts: AwareDatetime | None = None
+
+
+class TurnEvent(_Strict):
+    tenant: SafeId
+    message_id: SafeId
+    user: SafeId
+    session: SafeId
+    role: Literal["user", "assistant"]
+    content: str
+    ts: AwareDatetime
+
+    _ts_utc = field_validator("ts")(_utc)
+
+    @property
+    def key(self) -> str:
+        return f"{self.tenant}/{self.user}"
+
+    @classmethod
+    def from_input(cls, tenant: str, body: TurnIn, now: datetime) -> TurnEvent:
+        return cls(tenant=tenant, **body.model_dump(exclude={"ts"}), ts=body.ts or now)
+
+
+class ToolResultEvent(_Strict):
+    tenant: SafeId
+    tool_call_id: SafeId
+    session: SafeId
+    user: SafeId | None = None
+    tool_name: str
+    arguments: str
+    content: str
+    ts: AwareDatetime
+
+    _ts_utc = field_validator("ts")(_utc)
+
+    @property
+    def key(self) -> str:
+        return f"{self.tenant}/{self.session}"
+
+    @classmethod
+    def from_input(cls, tenant: str, body: ToolResultIn, now: datetime) -> ToolResultEvent:
+        args = body.arguments if isinstance(body.arguments, str) else json.dumps(body.arguments, sort_keys=True)
+        fields = body.model_dump(exclude={"ts", "arguments"})
+        return cls(tenant=tenant, **fields, arguments=args, ts=body.ts or now)

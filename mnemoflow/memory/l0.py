@@ -1,0 +1,92 @@
+"""L0: the raw conversation, one append-only JSONL file per user and day.
+
+Writes are idempotent by message id: Kafka delivers at least once, so a replayed event whose id is already in
+its day file is skipped. The day comes from the message's own timestamp (UTC), so a replay always looks in the
+same file. Each writer keeps the ids of the files it touched in a bounded LRU; a writer that loses ownership
+of a partition must call :meth:`L0Writer.forget` so it never trusts a stale cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import date
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict
+
+from mnemoflow.events import TurnEvent
+from mnemoflow.ids import SafeId
+from mnemoflow.lru import LRU
+from mnemoflow.ports import FileStore
+from mnemoflow.storage import Layout
+
+
+class L0Message(BaseModel):
+    """One line of ``conversations/YYYY-MM-DD.jsonl``."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    id: SafeId
+    session: SafeId
+    role: str
+    content: str
+    ts: AwareDatetime
+
+    @classmethod
+    def from_event(cls, event: TurnEvent) -> L0Message:
+        return cls(id=event.message_id, session=event.session, role=event.role, content=event.content, ts=event.ts)
+
+
+class L0Writer:
+    def __init__(self, files: FileStore, cache_files: int = 4096) -> None:
+        self._files = files
+        self._ids: LRU[str, set[str]] = LRU(cache_files)
+
+    def _load_ids(self, path: str) -> set[str]:
+        self._files.repair_tail(path)
+        return {L0Message.model_validate_json(line).id for line in self._files.read_lines(path)}
+
+    def write(self, events: Iterable[TurnEvent]) -> tuple[int, int]:
+        """Append the events not yet in L0, in order; returns (written, skipped as already applied)."""
+        batches: dict[str, list[str]] = {}
+        skipped = 0
+        for event in events:
+            path = Layout.conversation_day(event.tenant, event.user, event.ts.date())
+            ids = self._ids.get_or_load(path, self._load_ids)
+            if event.message_id in ids:
+                skipped += 1
+                continue
+            ids.add(event.message_id)
+            batches.setdefault(path, []).append(L0Message.from_event(event).model_dump_json())
+        written = 0
+        pending = list(batches)
+        try:
+            for path in list(pending):
+                self._files.append_lines(path, batches[path])
+                written += len(batches[path])
+                pending.remove(path)
+        except Exception:
+            for path in pending:  # their ids were cached but not written: reload those files on the retry
+                self._ids.pop(path)
+            raise
+        return written, skipped
+
+    def forget(self) -> None:
+        self._ids.clear()
+
+
+def read_l0(
+    files: FileStore, tenant: str, user: str, day: date | None = None, limit: int = 1000, offset: int = 0
+) -> list[L0Message]:
+    """A user's L0 messages in stored order, across days (oldest first) or for one day."""
+    folder = Layout.conversations_dir(tenant, user)
+    days = [day.isoformat() + ".jsonl"] if day else [n for n in files.list_dir(folder) if n.endswith(".jsonl")]
+    out: list[L0Message] = []
+    seen = 0
+    for name in days:
+        for line in files.read_lines(f"{folder}/{name}"):
+            if seen >= offset:
+                out.append(L0Message.model_validate_json(line))
+                if len(out) >= limit:
+                    return out
+            seen += 1
+    return out

@@ -1,0 +1,62 @@
+"""Per-session state that a session actor owns, persisted in ``state.json`` so a shard can restart or move.
+
+The state follows the session's offload log by ``seq``: :func:`advance` applies entries it has not seen, in
+order, and refuses a gap (the caller then reads the missing entries from the log). It is the seed that the
+offload issue grows with boundaries, decisions and fingerprints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict
+
+from mnemoflow.errors import MnemoflowError
+from mnemoflow.ids import SafeId
+from mnemoflow.offload.entries import OffloadEntry
+from mnemoflow.ports import FileStore
+from mnemoflow.storage import Layout
+
+
+class SequenceGap(MnemoflowError):
+    """Entries arrived with a hole before them; read the log from ``expected`` on and apply again."""
+
+    def __init__(self, expected: int, got: int) -> None:
+        super().__init__(f"expected offload entry seq {expected}, got {got}")
+        self.expected = expected
+
+
+class SessionState(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    tenant: SafeId
+    session: SafeId
+    count: int = 0
+    last_seq: int = -1
+    last_entry: OffloadEntry | None = None
+    updated: AwareDatetime | None = None
+
+
+def advance(state: SessionState, entries: Iterable[OffloadEntry]) -> SessionState:
+    """Apply entries with ``seq > state.last_seq`` in order; raise :class:`SequenceGap` on a hole."""
+    count, last_seq, last = state.count, state.last_seq, state.last_entry
+    for entry in entries:
+        if entry.seq <= last_seq:
+            continue
+        if entry.seq != last_seq + 1:
+            raise SequenceGap(last_seq + 1, entry.seq)
+        count, last_seq, last = count + 1, entry.seq, entry
+    if last_seq == state.last_seq:
+        return state
+    return state.model_copy(update={"count": count, "last_seq": last_seq, "last_entry": last, "updated": last.ts})
+
+
+def load_state(files: FileStore, tenant: str, session: str) -> SessionState:
+    raw = files.read_bytes(Layout.session_state(tenant, session))
+    if raw is None:
+        return SessionState(tenant=tenant, session=session)
+    return SessionState.model_validate_json(raw)
+
+
+def save_state(files: FileStore, state: SessionState) -> None:
+    files.write_atomic(Layout.session_state(state.tenant, state.session), state.model_dump_json(indent=1).encode())

@@ -1,0 +1,47 @@
+"""The storage layout of DESIGN §5, as relative paths under the data root.
+
+Every argument is a checked id (:mod:`mnemoflow.ids`), so a path built here cannot escape its tenant.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+
+from mnemoflow.ids import check_id
+
+
+class Layout:
+    """Paths of each layer, relative to the FileStore root."""
+
+    @staticmethod
+    def user_dir(tenant: str, user: str) -> str:
+        return f"{check_id(tenant)}/users/{check_id(user)}"
+
+    @classmethod
+    def conversations_dir(cls, tenant: str, user: str) -> str:
+        return f"{cls.user_dir(tenant, user)}/conversations"
+
+    @classmethod
+    def conversation_day(cls, tenant: str, user: str, day: date) -> str:
+        return f"{cls.conversations_dir(tenant, user)}/{day.isoformat()}.jsonl"
+
+    @staticmethod
+    def session_dir(tenant: str, session: str) -> str:
+        return f"{check_id(tenant)}/sessions/{check_id(session)}"
+
+    @classmethod
+    def ref(cls, tenant: str, session: str, tool_call_id: str) -> str:
+        return f"{cls.session_dir(tenant, session)}/{cls.ref_name(tool_call_id)}"
+
+    @staticmethod
+    def ref_name(tool_call_id: str) -> str:
+        """The ref path as stored in an offload entry, relative to the session folder."""
+        return f"refs/{check_id(tool_call_id)}.md"
+
+    @classmethod
+    def offload(cls, tenant: str, session: str) -> str:
+        return f"{cls.session_dir(tenant, session)}/offload.jsonl"
+
+    @classmethod
+    def session_state(cls, tenant: str, session: str) -> str:
+        return f"{cls.session_dir(tenant, session)}/state.json"

@@ -1,0 +1,1 @@
+"""Ray Serve wiring: the HTTP API ingress (and, later, the LLM, extractor and embedder deployments)."""

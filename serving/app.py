@@ -1,0 +1,37 @@
+"""The Ray Serve application: the HTTP ingress deployment around :func:`serving.api.create_api`.
+
+The ingress is a plain class; :func:`build_app` applies ``serve.ingress`` and ``serve.deployment`` to it. Its
+FastAPI app is built on the replica (``__serve_build_asgi_app__``), so the Kafka producer and the shard client
+live in the replica's own process and event loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from ray import serve
+
+from mnemoflow.config import Settings
+
+
+class ApiIngress:
+    def __init__(self, settings: Settings, bootstrap: str) -> None:
+        self._settings = settings
+        self._bootstrap = bootstrap
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        from actors import ShardClient
+        from serving.api import create_api
+        from serving.bus import KafkaBus
+
+        shards = ShardClient(self._settings)
+        return create_api(self._settings, KafkaBus(self._bootstrap), shards.get_state)
+
+
+def build_app(settings: Settings, bootstrap: str) -> Any:
+    """The bound Serve application (pass it to ``serve.run``)."""
+    ingress = serve.deployment(name="api", num_replicas=1, ray_actor_options={"num_cpus": 0})(
+        serve.ingress()(ApiIngress)
+    )
+    return ingress.bind(settings, bootstrap)

@@ -1,0 +1,55 @@
+"""The event bus the API produces to: Kafka through aiokafka, answering once the broker acknowledged."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Protocol
+
+from mnemoflow.errors import ServiceUnavailable
+
+log = logging.getLogger(__name__)
+
+
+class EventBus(Protocol):
+    async def publish(self, topic: str, records: list[tuple[str, bytes, int | None]]) -> None:
+        """Produce ``(key, value, partition or None)`` records in order; return when all are acknowledged."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class KafkaBus:
+    """aiokafka producer with ``acks=all``, started on first use inside the serving event loop."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self._bootstrap = bootstrap
+        self._producer = None
+        self._lock = asyncio.Lock()
+
+    async def _get(self):  # type: ignore[no-untyped-def]
+        from aiokafka import AIOKafkaProducer
+
+        async with self._lock:
+            if self._producer is None:
+                producer = AIOKafkaProducer(
+                    bootstrap_servers=self._bootstrap, acks="all", linger_ms=2, request_timeout_ms=15000
+                )
+                await producer.start()
+                self._producer = producer
+        return self._producer
+
+    async def publish(self, topic: str, records: list[tuple[str, bytes, int | None]]) -> None:
+        from aiokafka.errors import KafkaError
+
+        try:
+            producer = await self._get()
+            futures = [await producer.send(topic, value, key=key.encode(), partition=p) for key, value, p in records]
+            await asyncio.gather(*futures)
+        except KafkaError as exc:
+            raise ServiceUnavailable(f"Kafka did not acknowledge the events: {exc}") from exc
+
+    async def close(self) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None

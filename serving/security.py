@@ -1,0 +1,83 @@
+"""Per-tenant API keys and the request body limit."""
+
+from __future__ import annotations
+
+import hmac
+import json
+
+from fastapi import HTTPException, Request
+from pydantic import SecretStr
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+class KeyRing:
+    """Maps an API key to its tenant with constant-time comparisons against every key."""
+
+    def __init__(self, keys: dict[str, SecretStr]) -> None:
+        self._keys = [(tenant, key.get_secret_value().encode()) for tenant, key in keys.items()]
+
+    def tenant_for(self, presented: str) -> str | None:
+        candidate = presented.encode()
+        found = None
+        for tenant, key in self._keys:
+            if hmac.compare_digest(candidate, key):  # no early exit: timing does not tell which key matched
+                found = tenant
+        return found
+
+    def __call__(self, request: Request) -> str:
+        """FastAPI dependency: the caller's tenant, or 401."""
+        header = request.headers.get("authorization", "")
+        presented = header[7:] if header.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+        tenant = self.tenant_for(presented) if presented else None
+        if tenant is None:
+            raise HTTPException(401, "missing or unknown API key (send 'Authorization: Bearer <key>')")
+        return tenant
+
+
+class BodyLimit:
+    """ASGI middleware: refuse bodies over ``max_bytes`` with 413, by header or while reading.
+
+    The body is read here (at most ``max_bytes`` are held) and handed on whole, so a chunked upload without a
+    Content-Length cannot get past the limit either.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def _reject(self, send: Send) -> None:
+        body = json.dumps({"detail": f"request body over {self.max_bytes} bytes"}).encode()
+        await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers", [])).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await self._reject(send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break  # the client went away; let the app see it
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_bytes:
+                await self._reject(send)
+                return
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def buffered() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, buffered, send)

@@ -1,0 +1,34 @@
+"""``python -m streams.worker``: one Faust worker process, configured from ``MNEMOFLOW_*`` settings.
+
+The stack launcher starts it as a child process with the broker's bootstrap and the Ray address in the
+environment, so it can be killed and restarted on its own (the integration tests SIGKILL it).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import faust
+
+from mnemoflow.config import Settings
+from mnemoflow.errors import ConfigError
+from streams.app import build_app
+
+
+def main() -> None:
+    settings = Settings()
+    if not settings.kafka_bootstrap:
+        raise ConfigError("the worker needs MNEMOFLOW_KAFKA_BOOTSTRAP (the stack launcher sets it)")
+    notify = None
+    if settings.ray_address:
+        from actors import connect_shards
+
+        notify = connect_shards(settings).notify
+    app = build_app(settings, settings.kafka_bootstrap, notify)
+    logging.getLogger("mnemoflow").setLevel(logging.INFO)
+    worker = faust.Worker(app, loglevel="WARNING", override_logging=True)
+    worker.execute_from_commandline()
+
+
+if __name__ == "__main__":
+    main()

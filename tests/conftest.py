@@ -1,0 +1,18 @@
+"""Shared fixtures. Real services come from tests/services.py and are started only by integration tests."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.services import ApacheKafka, apache_kafka_session
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+@pytest.fixture(scope="session")
+def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> ApacheKafka:
+    """A single-node Apache Kafka 4.x broker (KRaft) from its Maven jars, for the whole test session."""
+    yield from apache_kafka_session(tmp_path_factory)

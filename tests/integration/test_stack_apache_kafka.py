@@ -1,0 +1,210 @@
+"""The walking skeleton on the real stack: Apache Kafka, the Faust worker, Ray actors and Ray Serve.
+
+One stack for the module. Every check reads the files (the source of truth) line by line against the input.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+
+from mnemoflow.cli.stack import Stack
+from mnemoflow.config import Settings
+from mnemoflow.memory.l0 import read_l0
+from mnemoflow.offload.entries import read_entries, read_ref
+from mnemoflow.storage import LocalFileStore
+from tests.services import ApacheKafka
+
+pytestmark = pytest.mark.integration
+
+TENANT, KEY = "acme", "key-acme"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+T0 = datetime(2026, 5, 1, 22, 0, tzinfo=UTC)
+USERS, TURNS_PER_USER = 20, 50
+SESSIONS, RESULTS_PER_SESSION = 10, 30
+
+
+def make_turns() -> list[dict]:
+    turns = []
+    for i in range(USERS * TURNS_PER_USER):
+        user, k = f"user-{i % USERS}", i // USERS
+        turns.append({
+            "message_id": f"{user}-m{k}", "user": user, "session": f"{user}-chat",
+            "role": "user" if k % 2 == 0 else "assistant",
+            "content": f"turn {k} of {user}: caf\u00e9 \u4e2d\u6587 \"quoted\" \\ back\nslash",
+            "ts": (T0 + timedelta(minutes=3 * k)).isoformat(),  # crosses midnight: two day files per user
+        })  # fmt: skip
+    return turns
+
+
+def make_results() -> list[dict]:
+    results = []
+    for i in range(SESSIONS * RESULTS_PER_SESSION):
+        session, k = f"sess-{i % SESSIONS}", i // SESSIONS
+        body = f"$ run {k}\r\n" + "\u00e9\U0001f600\t trailing  \n" * (k * 40) + ("\x00bin" if k == 7 else "")
+        results.append({"tool_call_id": f"{session}-call_{k}", "session": session, "tool_name": "execute_bash",
+                        "arguments": {"command": f"run {k}"}, "content": body,
+                        "ts": (T0 + timedelta(seconds=k)).isoformat()})  # fmt: skip
+    return results
+
+
+@pytest.fixture(scope="module")
+def stack(apache_kafka: ApacheKafka, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    settings = Settings(
+        data_dir=tmp_path_factory.mktemp("stack"),
+        kafka_bootstrap=apache_kafka.bootstrap,
+        api_port=0,
+        api_keys={TENANT: KEY, "other": "key-other"},
+        session_shards=4,
+        turns_partitions=8,
+        worker_batch_size=50,  # small batches: a SIGKILL lands between many commits
+        worker_session_timeout=8,
+    )
+    st = Stack(settings)
+    st.start()
+    yield st
+    st.stop()
+
+
+@pytest.fixture(scope="module")
+def api(stack: Stack) -> Iterator[httpx.Client]:
+    assert stack.info is not None
+    with httpx.Client(base_url=stack.info.api_url, headers=AUTH, timeout=60) as client:
+        yield client
+
+
+def post_all(api: httpx.Client, turns: list[dict], results: list[dict]) -> None:
+    for start in range(0, len(turns), 100):
+        assert api.post("/v1/turns", json={"turns": turns[start : start + 100]}).status_code == 202
+    for start in range(0, len(results), 30):
+        assert api.post("/v1/tool-results", json={"results": results[start : start + 30]}).status_code == 202
+
+
+def landed(files: LocalFileStore) -> tuple[int, int]:
+    turns = sum(len(read_l0(files, TENANT, f"user-{u}", limit=10_000)) for u in range(USERS))
+    results = sum(len(read_entries(files, TENANT, f"sess-{s}")) for s in range(SESSIONS))
+    return turns, results
+
+
+def wait_landed(files: LocalFileStore, want: tuple[int, int], timeout: float = 180) -> tuple[int, int]:
+    deadline = time.monotonic() + timeout
+    got = landed(files)
+    while got != want and time.monotonic() < deadline:
+        time.sleep(0.5)
+        got = landed(files)
+    return got
+
+
+def test_everything_lands_exactly_once_in_order_across_a_worker_sigkill(stack: Stack, api: httpx.Client) -> None:
+    files = LocalFileStore(stack.settings.data_dir)
+    turns, results = make_turns(), make_results()
+    half_t, half_r = len(turns) // 2, len(results) // 2
+    post_all(api, turns[:half_t], results[:half_r])
+
+    deadline = time.monotonic() + 120
+    while landed(files) == (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    at_kill = landed(files)
+    stack.kill_worker(signal.SIGKILL)
+    assert at_kill != (0, 0), "the worker never started consuming"
+    print(f"SIGKILL with {at_kill} of {(len(turns), len(results))} landed")
+
+    post_all(api, turns[half_t:], results[half_r:])  # while no worker runs: Kafka holds them
+    post_all(api, turns[:200], results[:60])  # a client retry of events already applied
+    stack.start_worker()
+
+    assert wait_landed(files, (len(turns), len(results))) == (len(turns), len(results)), f"killed at {at_kill}"
+    for u in range(USERS):
+        want = [t for t in turns if t["user"] == f"user-{u}"]
+        got = read_l0(files, TENANT, f"user-{u}", limit=10_000)
+        assert [(m.id, m.role, m.content, m.session) for m in got] == [
+            (t["message_id"], t["role"], t["content"], t["session"]) for t in want
+        ]
+    for s in range(SESSIONS):
+        want = [r for r in results if r["session"] == f"sess-{s}"]
+        entries = read_entries(files, TENANT, f"sess-{s}")
+        assert [e.tool_call_id for e in entries] == [r["tool_call_id"] for r in want]
+        assert [e.seq for e in entries] == list(range(len(want)))
+        for entry, r in zip(entries, want, strict=True):
+            assert read_ref(files, TENANT, f"sess-{s}", entry.tool_call_id) == r["content"].encode()
+            raw = api.get(f"/v1/sessions/sess-{s}/refs/{entry.tool_call_id}")
+            assert raw.content == r["content"].encode()
+
+
+def test_api_reads_back_what_landed(stack: Stack, api: httpx.Client) -> None:
+    got = api.get("/v1/users/user-3/conversations", params={"limit": 10_000}).json()
+    assert [m["id"] for m in got] == [f"user-3-m{k}" for k in range(TURNS_PER_USER)]
+    assert len(api.get("/v1/sessions/sess-2/offload", params={"after_seq": 27}).json()) == 2
+    other = httpx.get(f"{stack.info.api_url}/v1/users/user-3/conversations", headers={"Authorization": "Bearer key-other"})
+    assert other.status_code == 200 and other.json() == []
+
+
+def wait_state(api: httpx.Client, session: str, count: int, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    state = api.get(f"/v1/sessions/{session}/state").json()
+    while state.get("count") != count and time.monotonic() < deadline:
+        time.sleep(0.3)
+        state = api.get(f"/v1/sessions/{session}/state").json()
+    return state
+
+
+def test_session_shard_restart_reloads_state(stack: Stack, api: httpx.Client) -> None:
+    import ray
+
+    from actors import ShardClient
+
+    client = ShardClient(stack.settings)
+    before = {s: wait_state(api, f"sess-{s}", RESULTS_PER_SESSION) for s in range(SESSIONS)}
+    assert all(st["count"] == RESULTS_PER_SESSION and st["last_seq"] == RESULTS_PER_SESSION - 1 for st in before.values())
+    index = client.index_for(TENANT, "sess-0")
+    ray.kill(client.handle(index), no_restart=False)  # Ray restarts it empty; it reloads from the files
+
+    after = wait_state(api, "sess-0", RESULTS_PER_SESSION)
+    assert after == before[0]
+    assert ray.get(client.handle(index).stats.remote())["loads"] >= 1
+    extra = {"tool_call_id": "sess-0-call_extra", "session": "sess-0", "tool_name": "ls", "content": "a\nb\n"}
+    assert api.post("/v1/tool-results", json={"results": [extra]}).status_code == 202
+    state = wait_state(api, "sess-0", RESULTS_PER_SESSION + 1)
+    assert (state["count"], state["last_entry"]["tool_call_id"]) == (RESULTS_PER_SESSION + 1, "sess-0-call_extra")
+
+
+BAD = [
+    ("/v1/turns", {"turns": [{"message_id": "b1", "user": "intruder", "session": "s", "role": "robot", "content": "x"}]}, 422),
+    ("/v1/turns", {"turns": [{"message_id": "b2", "user": "intruder", "session": "s", "role": "user"}]}, 422),
+    ("/v1/turns", {"turns": [{"message_id": "b3", "user": "intruder", "session": "s", "role": "user", "content": 5}]}, 422),
+    ("/v1/turns", {"turns": [{"message_id": "b4", "user": "../intruder", "session": "s", "role": "user", "content": "x"}]}, 422),
+    ("/v1/turns", {"turns": [{"message_id": "b5/..", "user": "intruder", "session": "s", "role": "user", "content": "x"}]}, 422),
+    ("/v1/tool-results", {"results": [{"tool_call_id": "../../x", "session": "intruder", "tool_name": "t", "content": "x"}]}, 422),
+    ("/v1/tool-results", {"results": [{"tool_call_id": "c", "session": "in/truder", "tool_name": "t", "content": "x"}]}, 422),
+    ("/v1/turns", {"turns": [{"message_id": f"b{i}", "user": "intruder", "session": "s", "role": "user",
+                              "content": "x" * 100_000} for i in range(11)]}, 413),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("path", "body", "status"), BAD)
+def test_bad_input_gets_a_reason_and_writes_nothing(
+    stack: Stack, api: httpx.Client, path: str, body: dict, status: int
+) -> None:
+    response = api.post(path, json=body)
+    assert response.status_code == status, response.text
+    assert response.json()["detail"] and "Traceback" not in response.text
+    time.sleep(0.5)
+    tenant_dir = stack.settings.data_dir / TENANT
+    assert not list(tenant_dir.rglob("*intruder*")) and not (stack.settings.data_dir / "intruder").exists()
+
+
+def test_health_and_metrics_through_serve(stack: Stack) -> None:
+    assert httpx.get(f"{stack.info.api_url}/health").json() == {"status": "ok"}
+    metrics = httpx.get(f"{stack.info.api_url}/metrics").text
+    assert "mnemoflow_events_submitted_total" in metrics
+
+
+def test_no_dead_letters_were_needed(stack: Stack) -> None:
+    log = (Path(stack.log_dir) / "worker.log").read_text(errors="replace")
+    assert "parked" not in log

@@ -1,0 +1,61 @@
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from mnemoflow.events import ToolResultEvent, ToolResultIn, TurnEvent, TurnIn
+from mnemoflow.ids import check_id
+from mnemoflow.storage import Layout
+
+
+@pytest.mark.parametrize("bad", ["", "../x", "a/b", "a\\b", "..", ".hidden", "a..b", "x\x00", "é", "a" * 129, " a"])
+def test_ids_with_path_characters_are_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="invalid id"):
+        check_id(bad)
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=40))
+def test_any_accepted_id_stays_inside_its_folder(raw: str) -> None:
+    try:
+        safe = check_id(raw)
+    except ValueError:
+        return
+    path = Layout.ref("t", "s", safe)
+    assert path.startswith("t/sessions/s/refs/") and path.count("/") == 4 and ".." not in path
+
+
+def test_turn_event_takes_tenant_from_caller_and_time_from_server_when_absent() -> None:
+    now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    body = TurnIn(message_id="m1", user="u1", session="s1", role="user", content="hi")
+    event = TurnEvent.from_input("acme", body, now)
+    assert (event.tenant, event.ts, event.key) == ("acme", now, "acme/u1")
+
+
+def test_event_times_are_normalised_to_utc() -> None:
+    local = datetime(2026, 1, 2, 1, 0, tzinfo=timezone(timedelta(hours=8)))
+    body = TurnIn(message_id="m1", user="u1", session="s1", role="user", content="x", ts=local)
+    event = TurnEvent.from_input("t", body, datetime.now(UTC))
+    assert event.ts.tzinfo == UTC and event.ts.date().isoformat() == "2026-01-01"
+
+
+def test_tool_result_object_arguments_become_canonical_json() -> None:
+    body = ToolResultIn(tool_call_id="c1", session="s", tool_name="grep", arguments={"b": 1, "a": "x"}, content="")
+    event = ToolResultEvent.from_input("t", body, datetime.now(UTC))
+    assert event.arguments == '{"a": "x", "b": 1}' and event.key == "t/s"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"message_id": "m", "user": "u", "session": "s", "role": "robot", "content": "x"},
+        {"message_id": "m", "user": "u", "session": "s", "role": "user", "content": 3},
+        {"message_id": "m", "user": "u", "session": "s", "role": "user"},
+        {"message_id": "m", "user": "u", "session": "s", "role": "user", "content": "x", "extra": 1},
+        {"message_id": "m", "user": "u", "session": "s", "role": "user", "content": "x", "ts": "2026-01-01T00:00"},
+    ],
+)
+def test_malformed_turns_are_refused(body: dict) -> None:
+    with pytest.raises(ValidationError):
+        TurnIn.model_validate(body)

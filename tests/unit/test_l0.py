@@ -1,0 +1,85 @@
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mnemoflow.events import TurnEvent
+from mnemoflow.memory.l0 import L0Writer, read_l0
+from mnemoflow.storage import Layout, LocalFileStore
+
+T0 = datetime(2026, 3, 1, 23, 59, 58, tzinfo=UTC)
+
+
+def turn(i: int, user: str = "u1", ts: datetime = T0) -> TurnEvent:
+    return TurnEvent(tenant="t", message_id=f"m{i}", user=user, session="s", role="user", content=f"msg {i}", ts=ts)
+
+
+def test_writes_in_order_into_the_day_of_each_message(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    events = [turn(0), turn(1, ts=T0 + timedelta(seconds=5)), turn(2, user="u2")]
+    assert L0Writer(files).write(events) == (3, 0)
+    assert [m.id for m in read_l0(files, "t", "u1")] == ["m0", "m1"]
+    assert [m.id for m in read_l0(files, "t", "u1", day=date(2026, 3, 2))] == ["m1"]
+    assert files.exists(Layout.conversation_day("t", "u2", T0.date()))
+
+
+def test_replay_writes_nothing_twice_even_with_a_fresh_writer(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    events = [turn(i) for i in range(10)]
+    L0Writer(files).write(events[:6])
+    assert L0Writer(files).write(events) == (4, 6)  # a new process knows nothing but the files
+    assert [m.id for m in read_l0(files, "t", "u1")] == [f"m{i}" for i in range(10)]
+
+
+def test_duplicates_inside_one_batch_are_written_once(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    assert L0Writer(files).write([turn(1), turn(1), turn(2)]) == (2, 1)
+
+
+def test_a_torn_line_from_a_crash_is_repaired_before_appending(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    L0Writer(files).write([turn(0)])
+    path = tmp_path / Layout.conversation_day("t", "u1", T0.date())
+    with path.open("ab") as fh:
+        fh.write(b'{"id":"m1","sess')
+    L0Writer(files).write([turn(1)])
+    assert [m.id for m in read_l0(files, "t", "u1")] == ["m0", "m1"]
+
+
+def test_a_failed_append_forgets_the_ids_it_had_not_written(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    writer = L0Writer(files)
+    calls = {"n": 0}
+    real = files.append_lines
+
+    def flaky(path: str, lines: list[str]) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError("disk full")
+        real(path, lines)
+
+    files.append_lines = flaky  # type: ignore[method-assign]
+    events = [turn(0, user="a"), turn(1, user="b"), turn(2, user="c")]
+    try:
+        writer.write(events)
+    except OSError:
+        pass
+    files.append_lines = real  # type: ignore[method-assign]
+    writer.write(events)  # the retry
+    for user, mid in (("a", "m0"), ("b", "m1"), ("c", "m2")):
+        assert [m.id for m in read_l0(files, "t", user)] == [mid]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 30), max_size=60), st.integers(1, 3))
+def test_any_redelivery_pattern_yields_each_id_once_in_first_seen_order(ids: list[int], cache: int) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        files = LocalFileStore(tmp)
+        writer = L0Writer(files, cache_files=cache)
+        for start in range(0, len(ids), 7):  # batches, as the stream delivers them
+            writer.write([turn(i) for i in ids[start : start + 7]])
+        expected = list(dict.fromkeys(f"m{i}" for i in ids))
+        assert [m.id for m in read_l0(files, "t", "u1", limit=10_000)] == expected

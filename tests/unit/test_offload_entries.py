@@ -1,0 +1,78 @@
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from actors.shard import SessionShard
+from mnemoflow.events import ToolResultEvent
+from mnemoflow.offload.entries import OffloadWriter, read_entries, read_ref
+from mnemoflow.offload.session_state import SequenceGap, SessionState, advance, load_state
+from mnemoflow.storage import LocalFileStore
+
+TS = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def result(i: int, session: str = "s", content: str | None = None) -> ToolResultEvent:
+    return ToolResultEvent(
+        tenant="t", tool_call_id=f"call_{i}", session=session, tool_name="bash", arguments='{"cmd": "ls"}',
+        content=content if content is not None else f"output {i}\n", ts=TS,
+    )  # fmt: skip
+
+
+def test_refs_are_byte_exact_and_entries_point_at_them(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    raw = "line1\r\n\ttabs  \u00e9\u4e2d\U0001f600\n" * 100
+    OffloadWriter(files).write([result(0, content=raw), result(1, content="")])
+    entries = read_entries(files, "t", "s")
+    assert [(e.seq, e.tool_call_id, e.ref) for e in entries] == [(0, "call_0", "refs/call_0.md"), (1, "call_1", "refs/call_1.md")]
+    assert read_ref(files, "t", "s", "call_0") == raw.encode()
+    assert read_ref(files, "t", "s", "call_1") == b""
+    assert entries[0].result_bytes == len(raw.encode()) and entries[0].result_tokens > 0
+
+
+def test_redelivery_after_restart_keeps_one_entry_per_call_and_dense_seq(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    OffloadWriter(files).write([result(i) for i in range(3)])
+    appended = OffloadWriter(files).write([result(i) for i in range(5)])
+    assert [e.tool_call_id for e in appended[0].new_entries] == ["call_3", "call_4"]
+    assert appended[0].last_seq == 4
+    assert [e.seq for e in read_entries(files, "t", "s")] == [0, 1, 2, 3, 4]
+
+
+def test_advance_ignores_old_entries_and_refuses_gaps(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    OffloadWriter(files).write([result(i) for i in range(4)])
+    entries = read_entries(files, "t", "s")
+    state = advance(SessionState(tenant="t", session="s"), entries[:2])
+    assert (state.count, state.last_seq) == (2, 1)
+    assert advance(state, entries[:2]) is state
+    with pytest.raises(SequenceGap):
+        advance(state, entries[3:])
+    assert advance(state, entries).count == 4
+
+
+def test_shard_fills_gaps_from_the_log_and_reloads_after_restart(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    writer = OffloadWriter(files)
+    shard = SessionShard(0, str(tmp_path), idle_seconds=60, max_sessions=10)
+    first = writer.write([result(0)])[0]
+    assert shard.sync([("t", "s", [first.new_entries[0].model_dump_json()], 0)]) == 1
+    later = writer.write([result(i) for i in range(1, 6)])[0]
+    # The shard hears only about the last entry (earlier notifications were lost): it reads the rest.
+    assert shard.sync([("t", "s", [later.new_entries[-1].model_dump_json()], 5)]) == 1
+    state = shard.get_state("t", "s")
+    assert (state["count"], state["last_entry"]["tool_call_id"]) == (6, "call_5")
+    assert shard.sync([("t", "s", [later.new_entries[-1].model_dump_json()], 5)]) == 0  # redelivery
+    restarted = SessionShard(0, str(tmp_path), idle_seconds=60, max_sessions=10)
+    assert restarted.get_state("t", "s")["last_seq"] == 5
+    assert load_state(files, "t", "s").count == 6  # persisted, not only in memory
+
+
+def test_shard_memory_is_bounded(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    shard = SessionShard(0, str(tmp_path), idle_seconds=60, max_sessions=3)
+    for k in range(10):
+        appended = OffloadWriter(files).write([result(0, session=f"s{k}")])
+        shard.sync([("t", f"s{k}", [e.model_dump_json() for e in appended[0].new_entries], 0)])
+    assert shard.stats()["sessions_in_memory"] == 3
+    assert shard.get_state("t", "s0")["count"] == 1  # evicted, reloaded from its files
