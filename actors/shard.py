@@ -1,9 +1,10 @@
 """SessionShard: the Ray actor that owns the state of many sessions (sessions are virtual actors).
 
 A session's state is loaded on first use from ``state.json`` (and caught up with its offload log when an
-update leaves a hole or when it is read), kept while the session is active, saved after every change, and evicted when idle or when the shard holds too
-many. So a shard can restart or move and lose nothing: files are the source of truth, memory is a cache.
-This class is plain Python; :func:`actors.build_shards` applies ``ray.remote`` to it.
+update leaves a hole or when it is read), kept while the session is active, saved after every change, and
+evicted when idle or when the shard holds too many. So a shard can restart or move and lose nothing: files
+are the source of truth, memory is a cache. This class is plain Python; :func:`actors.build_shards` applies
+``ray.remote`` to it.
 """
 
 from __future__ import annotations

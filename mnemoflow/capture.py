@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -34,6 +34,11 @@ def parse_batch(model: type[E], values: Sequence[bytes]) -> Parsed[E]:
         try:
             events.append(model.model_validate_json(value))
         except ValidationError as exc:
-            reason = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
-            rejected.append((i, Rejected(value, reason or "invalid JSON")))
+            reason = "; ".join(_describe(e) for e in exc.errors()[:5])
+            rejected.append((i, Rejected(value, reason)))
     return Parsed(events, rejected)
+
+
+def _describe(error: Any) -> str:
+    where = ".".join(map(str, error["loc"]))
+    return f"{where}: {error['msg']}" if where else str(error["msg"])

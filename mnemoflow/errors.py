@@ -24,4 +24,18 @@ class StorageError(MnemoflowError):
 
 
 class ServiceUnavailable(MnemoflowError):
-    """A runtime part (broker, Ray, Serve, model) did not answer in time. Check that it runs; the call can be retried."""
+    """A runtime part (broker, Ray, Serve, model) did not answer in time. Check that it runs; retry the call."""
+
+
+class StructuredOutputError(MnemoflowError):
+    """The model twice returned output that does not validate against the requested output model.
+
+    ``raw_text`` holds the last raw reply. The call was retried once with the validation error; check the
+    model, the prompt, ``max_tokens`` (a reply cut off at the limit is invalid JSON) and the engine's
+    schema enforcement. The failure is counted in the engine's usage recorder.
+    """
+
+    def __init__(self, message: str, *, raw_text: str, stage: str = "default") -> None:
+        super().__init__(message)
+        self.raw_text = raw_text
+        self.stage = stage

@@ -39,7 +39,7 @@ def up(
     data_dir: Annotated[Path | None, typer.Option(help="Where the layers are stored.")] = None,
     port: Annotated[int | None, typer.Option(help="API port (default from settings, 8000).")] = None,
 ) -> None:
-    """Start the stack (embedded broker unless a Kafka bootstrap is set), print where each part runs, run until Ctrl-C."""
+    """Start the stack (embedded broker unless Kafka is configured), print where each part runs, run until Ctrl-C."""
     from mnemoflow.cli.stack import Stack
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -60,7 +60,8 @@ def up(
     table.add_row("API", f"{info.api_url}  (docs: {info.api_url}/docs)")
     table.add_row("Faust worker", f"pid {info.worker_pid}, log {stack.log_dir / 'worker.log'}")
     table.add_row("Data", str(info.data_dir))
-    table.add_row("API key", f"{info.data_dir / 'api-key'}" if (info.data_dir / "api-key").exists() else "from settings")
+    key_file = info.data_dir / "api-key"
+    table.add_row("API key", str(key_file) if key_file.exists() else "from settings")
     console.print(table)
     console.print(f"READY {info.api_url}", highlight=False)
     try:

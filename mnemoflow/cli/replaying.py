@@ -35,7 +35,8 @@ def _chunks(items: list[TurnIn | ToolResultIn], batch: int, max_chars: int = 600
     out: list[list] = []
     size = 0
     for item in items:
-        if not out or type(out[-1][0]) is not type(item) or len(out[-1]) >= batch or size + len(item.content) > max_chars:
+        full = bool(out) and (len(out[-1]) >= batch or size + len(item.content) > max_chars)
+        if not out or type(out[-1][0]) is not type(item) or full:
             out.append([])
             size = 0
         out[-1].append(item)

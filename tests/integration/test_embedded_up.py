@@ -59,7 +59,8 @@ def test_up_replay_and_clean_stop(tmp_path: Path) -> None:
         while len(entries) < n_results and time.monotonic() < deadline:
             time.sleep(0.5)
             entries = httpx.get(f"{base}/sessions/{source.name}/offload", headers=headers).json()
-        assert [e["tool_call_id"] for e in entries] == [i.tool_call_id for i in source.items if hasattr(i, "tool_call_id")]
+        calls = [i.tool_call_id for i in source.items if hasattr(i, "tool_call_id")]
+        assert [e["tool_call_id"] for e in entries] == calls
         first = next(i for i in source.items if hasattr(i, "tool_call_id"))
         ref = data_dir / "default" / "sessions" / source.name / "refs" / f"{first.tool_call_id}.md"
         assert ref.read_bytes() == first.content.encode()

@@ -141,7 +141,8 @@ def test_api_reads_back_what_landed(stack: Stack, api: httpx.Client) -> None:
     got = api.get("/v1/users/user-3/conversations", params={"limit": 10_000}).json()
     assert [m["id"] for m in got] == [f"user-3-m{k}" for k in range(TURNS_PER_USER)]
     assert len(api.get("/v1/sessions/sess-2/offload", params={"after_seq": 27}).json()) == 2
-    other = httpx.get(f"{stack.info.api_url}/v1/users/user-3/conversations", headers={"Authorization": "Bearer key-other"})
+    other_key = {"Authorization": "Bearer key-other"}
+    other = httpx.get(f"{stack.info.api_url}/v1/users/user-3/conversations", headers=other_key)
     assert other.status_code == 200 and other.json() == []
 
 
@@ -161,7 +162,7 @@ def test_session_shard_restart_reloads_state(stack: Stack, api: httpx.Client) ->
 
     client = ShardClient(stack.settings)
     before = {s: wait_state(api, f"sess-{s}", RESULTS_PER_SESSION) for s in range(SESSIONS)}
-    assert all(st["count"] == RESULTS_PER_SESSION and st["last_seq"] == RESULTS_PER_SESSION - 1 for st in before.values())
+    assert {(st["count"], st["last_seq"]) for st in before.values()} == {(RESULTS_PER_SESSION, RESULTS_PER_SESSION - 1)}
     index = client.index_for(TENANT, "sess-0")
     ray.kill(client.handle(index), no_restart=False)  # Ray restarts it empty; it reloads from the files
 
@@ -174,17 +175,25 @@ def test_session_shard_restart_reloads_state(stack: Stack, api: httpx.Client) ->
     assert (state["count"], state["last_entry"]["tool_call_id"]) == (RESULTS_PER_SESSION + 1, "sess-0-call_extra")
 
 
+def bad_turn(**over: object) -> dict:
+    return {"turns": [{"message_id": "b", "user": "intruder", "session": "s", "role": "user", "content": "x", **over}]}
+
+
+def bad_result(**over: object) -> dict:
+    return {"results": [{"tool_call_id": "c", "session": "intruder", "tool_name": "t", "content": "x", **over}]}
+
+
+TOO_BIG = {"turns": [bad_turn(message_id=f"b{i}", content="x" * 100_000)["turns"][0] for i in range(11)]}
 BAD = [
-    ("/v1/turns", {"turns": [{"message_id": "b1", "user": "intruder", "session": "s", "role": "robot", "content": "x"}]}, 422),
-    ("/v1/turns", {"turns": [{"message_id": "b2", "user": "intruder", "session": "s", "role": "user"}]}, 422),
-    ("/v1/turns", {"turns": [{"message_id": "b3", "user": "intruder", "session": "s", "role": "user", "content": 5}]}, 422),
-    ("/v1/turns", {"turns": [{"message_id": "b4", "user": "../intruder", "session": "s", "role": "user", "content": "x"}]}, 422),
-    ("/v1/turns", {"turns": [{"message_id": "b5/..", "user": "intruder", "session": "s", "role": "user", "content": "x"}]}, 422),
-    ("/v1/tool-results", {"results": [{"tool_call_id": "../../x", "session": "intruder", "tool_name": "t", "content": "x"}]}, 422),
-    ("/v1/tool-results", {"results": [{"tool_call_id": "c", "session": "in/truder", "tool_name": "t", "content": "x"}]}, 422),
-    ("/v1/turns", {"turns": [{"message_id": f"b{i}", "user": "intruder", "session": "s", "role": "user",
-                              "content": "x" * 100_000} for i in range(11)]}, 413),
-]  # fmt: skip
+    ("/v1/turns", bad_turn(role="robot"), 422),
+    ("/v1/turns", {"turns": [{"message_id": "b", "user": "intruder", "session": "s", "role": "user"}]}, 422),
+    ("/v1/turns", bad_turn(content=5), 422),
+    ("/v1/turns", bad_turn(user="../intruder"), 422),
+    ("/v1/turns", bad_turn(message_id="b5/.."), 422),
+    ("/v1/tool-results", bad_result(tool_call_id="../../x"), 422),
+    ("/v1/tool-results", bad_result(session="in/truder"), 422),
+    ("/v1/turns", TOO_BIG, 413),
+]
 
 
 @pytest.mark.parametrize(("path", "body", "status"), BAD)
@@ -208,3 +217,49 @@ def test_health_and_metrics_through_serve(stack: Stack) -> None:
 def test_no_dead_letters_were_needed(stack: Stack) -> None:
     log = (Path(stack.log_dir) / "worker.log").read_text(errors="replace")
     assert "parked" not in log
+
+
+def test_a_record_that_cannot_parse_is_parked_with_its_reason_and_blocks_nothing(
+    stack: Stack, api: httpx.Client
+) -> None:
+    import asyncio
+    import base64
+    import json
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    from mnemoflow.config import TOPIC_DEAD_LETTERS, TOPIC_TURNS
+
+    bootstrap = stack.settings.kafka_bootstrap
+    garbage = [b'{"tenant": "acme", "user": "user-0", "torn', b'{"tenant": "acme", "user": "user-0", "role": "user"}']
+
+    async def produce_garbage_then_read_dead_letters() -> list[dict]:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        await producer.start()
+        for value in garbage:
+            await producer.send_and_wait(TOPIC_TURNS, value, key=b"acme/user-0")
+        await producer.stop()
+        good = {"message_id": "after-garbage", "user": "user-0", "session": "x", "role": "user", "content": "ok"}
+        assert api.post("/v1/turns", json={"turns": [good]}).status_code == 202
+        consumer = AIOKafkaConsumer(TOPIC_DEAD_LETTERS, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+        await consumer.start()
+        parked: list[dict] = []
+        try:
+            async with asyncio.timeout(60):
+                while len(parked) < len(garbage):
+                    batch = await consumer.getmany(timeout_ms=1000)
+                    parked += [json.loads(r.value) for records in batch.values() for r in records]
+            return parked
+        finally:
+            await consumer.stop()
+
+    parked = asyncio.run(produce_garbage_then_read_dead_letters())
+    assert [base64.b64decode(p["value_b64"]) for p in parked] == garbage
+    assert all(p["topic"] == TOPIC_TURNS and p["reason"].startswith("invalid turn event: ") for p in parked)
+    assert "Invalid JSON" in parked[0]["reason"]
+    assert "message_id: Field required" in parked[1]["reason"] and "content: Field required" in parked[1]["reason"]
+    files = LocalFileStore(stack.settings.data_dir)
+    deadline = time.monotonic() + 60
+    while read_l0(files, TENANT, "user-0", limit=10_000)[-1].id != "after-garbage" and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert read_l0(files, TENANT, "user-0", limit=10_000)[-1].id == "after-garbage"

@@ -24,7 +24,10 @@ def test_refs_are_byte_exact_and_entries_point_at_them(tmp_path: Path) -> None:
     raw = "line1\r\n\ttabs  \u00e9\u4e2d\U0001f600\n" * 100
     OffloadWriter(files).write([result(0, content=raw), result(1, content="")])
     entries = read_entries(files, "t", "s")
-    assert [(e.seq, e.tool_call_id, e.ref) for e in entries] == [(0, "call_0", "refs/call_0.md"), (1, "call_1", "refs/call_1.md")]
+    assert [(e.seq, e.tool_call_id, e.ref) for e in entries] == [
+        (0, "call_0", "refs/call_0.md"),
+        (1, "call_1", "refs/call_1.md"),
+    ]
     assert read_ref(files, "t", "s", "call_0") == raw.encode()
     assert read_ref(files, "t", "s", "call_1") == b""
     assert entries[0].result_bytes == len(raw.encode()) and entries[0].result_tokens > 0

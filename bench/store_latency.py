@@ -1,0 +1,154 @@
+"""Per-user hybrid search latency of each VectorStore backend at N synthetic atoms.
+
+Builds ``--atoms`` atoms spread evenly over ``--users`` users (one tenant), 384-d seeded random vectors and
+texts drawn from a Zipf-like vocabulary, then times ``search`` (hybrid, RRF k=60) filtered to one random
+user, plus dense-only and BM25-only for reference. Query embedding is not included: vectors are given.
+
+    python bench/store_latency.py --quick
+    python bench/store_latency.py --atoms 100000 --users 1000 --backends sqlite,milvus
+
+Prints a table and writes ``bench/results/store_latency.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mnemoflow.ports.vectors import ATOM_TYPES, AtomRow, VectorStore
+from mnemoflow.stores import InMemoryVectorStore
+
+MODEL = "synthetic-384"
+VERSIONS = {"memory": [], "sqlite": ["apsw", "sqlite-vec"], "milvus": ["pymilvus", "milvus-lite"],
+            "milvus_client": ["pymilvus", "milvus-lite"]}
+
+
+def open_backend(name: str, workdir: Path, dim: int) -> VectorStore:
+    if name == "memory":
+        return InMemoryVectorStore(dim=dim, embedding_model=MODEL)
+    if name == "sqlite":
+        from mnemoflow.stores.sqlite import SqliteVectorStore
+
+        return SqliteVectorStore.open(str(workdir / "atoms.sqlite"), dim=dim, embedding_model=MODEL)
+    if name in ("milvus", "milvus_client"):  # milvus_client: both searches, RRF fused in Python
+        from mnemoflow.stores.milvus import MilvusVectorStore
+
+        fusion = "client" if name == "milvus_client" else "server"
+        return MilvusVectorStore.open(str(workdir / f"{name}.db"), dim=dim, embedding_model=MODEL, fusion=fusion)
+    raise SystemExit(f"unknown backend {name!r}")
+
+
+class Corpus:
+    """Deterministic synthetic atoms and queries (seeded), so every backend sees the same data."""
+
+    def __init__(self, atoms: int, users: int, dim: int, seed: int = 7) -> None:
+        self.atoms, self.users, self.dim = atoms, users, dim
+        self.rng = np.random.default_rng(seed)
+        self.vocab = [f"w{i}" for i in range(5000)]
+        p = 1.0 / np.arange(1, len(self.vocab) + 1)
+        self.p = p / p.sum()
+        self.now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def words(self, n: int) -> str:
+        return " ".join(self.rng.choice(self.vocab, size=n, p=self.p))
+
+    def vectors(self, n: int) -> np.ndarray:
+        v = self.rng.standard_normal((n, self.dim)).astype(np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    def batches(self, size: int = 1000) -> Any:
+        for start in range(0, self.atoms, size):
+            n = min(size, self.atoms - start)
+            vecs = self.vectors(n)
+            yield [AtomRow(id=f"a{start + j}", tenant="bench", user=f"user{(start + j) % self.users}",
+                           type=ATOM_TYPES[(start + j) % 3], priority=50, text=self.words(int(self.rng.integers(8, 17))),
+                           vector=vecs[j].tolist(), created=self.now, updated=self.now,
+                           source_message_ids=[f"m{start + j}"]) for j in range(n)]
+
+    def queries(self, n: int) -> list[tuple[str, str, list[float]]]:
+        vecs = self.vectors(n)
+        return [(f"user{int(self.rng.integers(self.users))}", self.words(4), vecs[i].tolist()) for i in range(n)]
+
+
+def timed(fn: Callable[[], Any], reps: list[float]) -> None:
+    t = time.perf_counter()
+    fn()
+    reps.append((time.perf_counter() - t) * 1000)
+
+
+def stats(ms: list[float]) -> dict[str, float]:
+    a = np.array(ms)
+    return {"p50_ms": round(float(np.percentile(a, 50)), 2), "p99_ms": round(float(np.percentile(a, 99)), 2),
+            "mean_ms": round(float(a.mean()), 2)}
+
+
+def run_backend(name: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    corpus = Corpus(args.atoms, args.users, args.dim)
+    store = open_backend(name, workdir, args.dim)
+    t0 = time.perf_counter()
+    for batch in corpus.batches():
+        store.upsert(batch)
+    ingest_s = time.perf_counter() - t0
+    assert store.count("bench") == args.atoms
+    queries = corpus.queries(args.queries + args.warmup)
+    for user, text, vec in queries[: args.warmup]:
+        store.search("bench", user, text, vec, args.k)
+    hybrid: list[float] = []
+    dense: list[float] = []
+    bm25: list[float] = []
+    for user, text, vec in queries[args.warmup :]:
+        timed(lambda: store.search("bench", user, text, vec, args.k), hybrid)
+        timed(lambda: store.dense_search("bench", user, vec, args.k), dense)
+        timed(lambda: store.bm25_search("bench", user, text, args.k), bm25)
+    store.close()
+    return {"hybrid": stats(hybrid), "dense": stats(dense), "bm25": stats(bm25), "ingest_s": round(ingest_s, 1),
+            "versions": {p: metadata.version(p) for p in VERSIONS[name]}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--atoms", type=int, default=100_000)
+    ap.add_argument("--users", type=int, default=1_000)
+    ap.add_argument("--dim", type=int, default=384)
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--queries", type=int, default=500)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--backends", default="sqlite,milvus", help="comma list of memory,sqlite,milvus,milvus_client")
+    ap.add_argument("--quick", action="store_true", help="2,000 atoms / 20 users / 100 queries, all backends")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "store_latency.json"))
+    args = ap.parse_args()
+    if args.quick:
+        args.atoms, args.users, args.queries, args.backends = 2_000, 20, 100, "memory,sqlite,milvus"
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="mnemoflow-bench-") as tmp:
+        for name in args.backends.split(","):
+            print(f"[{name}] ingesting {args.atoms} atoms over {args.users} users ...", flush=True)
+            results[name] = run_backend(name, args, Path(tmp))
+    print(f"\n{args.atoms} atoms, {args.users} users, dim {args.dim}, k={args.k}, {args.queries} queries, per-user")
+    print(f"{'backend':13} {'hybrid p50':>10} {'p99':>7} {'dense p50':>9} {'p99':>7} {'bm25 p50':>8} {'p99':>7} {'ingest s':>8}")
+    for name, r in results.items():
+        h, d, b = r["hybrid"], r["dense"], r["bm25"]
+        print(f"{name:13} {h['p50_ms']:>10} {h['p99_ms']:>7} {d['p50_ms']:>9} {d['p99_ms']:>7} "
+              f"{b['p50_ms']:>8} {b['p99_ms']:>7} {r['ingest_s']:>8}")
+    out = {"atoms": args.atoms, "users": args.users, "dim": args.dim, "k": args.k, "queries": args.queries,
+           "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+           "command": "python bench/store_latency.py " + (" ".join(sys.argv[1:])), "results": results}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

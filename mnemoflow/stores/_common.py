@@ -1,0 +1,103 @@
+"""Helpers every store adapter shares: argument checks, tokenising and Reciprocal Rank Fusion.
+
+Why shared: the contract tests compare backends, so the checks and the fusion must be the same code,
+not three copies that drift.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from mnemoflow.errors import InvalidInput
+from mnemoflow.ports.vectors import ATOM_TYPES, RRF_K, AtomRow, AtomType, Hit
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+MAX_K = 1000
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased word tokens; close to FTS5 ``unicode61`` and Milvus' ``standard`` analyzer."""
+    return [t.lower() for t in _WORD.findall(text)]
+
+
+def user_key(tenant: str, user: str) -> str:
+    """One alphanumeric token naming (tenant, user): safe as an FTS5 term and as a vec0 partition key."""
+    return "u" + hashlib.sha256(f"{tenant}\x1f{user}".encode()).hexdigest()[:32]
+
+
+def check_scope(tenant: str, user: str | None) -> None:
+    """Refuse empty scopes, so no call can mean 'every user'."""
+    if not isinstance(tenant, str) or not tenant:
+        raise InvalidInput("tenant must be a non-empty string")
+    if user is not None and (not isinstance(user, str) or not user):
+        raise InvalidInput("user must be a non-empty string")
+
+
+def check_k(k: int) -> None:
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
+        raise InvalidInput(f"k must be an int in 1..{MAX_K}, got {k!r}")
+
+
+def check_types(types: Sequence[AtomType] | None) -> tuple[AtomType, ...] | None:
+    """None means every type; an empty list is refused (it would silently match nothing)."""
+    if types is None:
+        return None
+    out = tuple(types)
+    bad = [t for t in out if t not in ATOM_TYPES]
+    if bad or not out:
+        raise InvalidInput(f"types must be a non-empty subset of {ATOM_TYPES}, got {list(types)!r}")
+    return out
+
+
+def check_vector(vector: Sequence[float], dim: int) -> list[float]:
+    if len(vector) != dim:
+        raise InvalidInput(f"vector has dimension {len(vector)}, this store holds {dim}")
+    return [float(x) for x in vector]
+
+
+def check_rows(rows: Sequence[AtomRow], dim: int) -> list[AtomRow]:
+    """Validate dimensions and keep the last row per key, so a batch with a repeated id behaves like two upserts."""
+    out: dict[tuple[str, str, str], AtomRow] = {}
+    for row in rows:
+        if not isinstance(row, AtomRow):
+            raise InvalidInput(f"expected AtomRow, got {type(row).__name__}")
+        if len(row.vector) != dim:
+            raise InvalidInput(f"atom {row.id!r} has dimension {len(row.vector)}, this store holds {dim}")
+        out[(row.tenant, row.user, row.id)] = row
+    return list(out.values())
+
+
+def rrf_ranks(
+    dense: Sequence[Hashable], bm25: Sequence[Hashable], k: int
+) -> list[tuple[Any, float, int | None, int | None]]:
+    """RRF over two ranked key lists: ``(key, score, dense_rank, bm25_rank)``, best first, ties by key.
+
+    Works on keys so an adapter can fuse before it fetches rows, and fetch only the k winners."""
+    score: dict[Any, float] = {}
+    ranks: tuple[dict[Any, int], dict[Any, int]] = ({}, {})
+    for seen, keys in zip(ranks, (dense, bm25), strict=True):
+        for pos, key in enumerate(keys, start=1):
+            seen[key] = pos
+            score[key] = score.get(key, 0.0) + 1.0 / (RRF_K + pos)
+    order = sorted(score, key=lambda key: (-score[key], key))[:k]
+    return [(key, score[key], ranks[0].get(key), ranks[1].get(key)) for key in order]
+
+
+def rrf_fuse(dense: Sequence[Hit], bm25: Sequence[Hit], k: int) -> list[Hit]:
+    """Reciprocal Rank Fusion of two hit lists; ties broken by id so results are deterministic."""
+    rows = {h.id: h.row for h in [*dense, *bm25]}
+    fused = rrf_ranks([h.id for h in dense], [h.id for h in bm25], k)
+    return [Hit(id=i, score=s, dense_rank=d, bm25_rank=b, row=rows[i]) for i, s, d, b in fused]
+
+
+def with_vector(row: AtomRow, vector: Sequence[float]) -> AtomRow:
+    """A copy of ``row`` with a new vector, validated (and float32-rounded) like any other row."""
+    return AtomRow.model_validate({**row.model_dump(), "vector": list(vector)})
+
+
+def candidate_depth(k: int, candidates: int) -> int:
+    """How deep each list is searched before fusion: at least k, at least ``candidates``."""
+    return max(k, candidates)

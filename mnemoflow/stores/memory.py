@@ -1,0 +1,182 @@
+"""In-memory VectorStore: brute-force cosine and a small BM25, the reference the other adapters are tested against.
+
+Why pure Python: it is the fake the unit tests of every other package use (STYLE §16), so it must import
+with no optional dependency and be obviously correct rather than fast. Rows live in an
+:class:`InMemoryIndex`; two stores opened on the same index behave like two opens of one file, which is how
+the contract tests check the embedding-model guard.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from mnemoflow.errors import StorageError
+from mnemoflow.ports.vectors import AtomRow, AtomType, EmbeddingModelMismatch, EmbedFn, Hit
+from mnemoflow.stores._common import (
+    candidate_depth,
+    check_k,
+    check_rows,
+    check_scope,
+    check_types,
+    check_vector,
+    rrf_fuse,
+    tokenize,
+    with_vector,
+)
+
+_K1 = 1.2
+_B = 0.75
+
+
+@dataclass
+class InMemoryIndex:
+    """The 'file' behind an in-memory store: rows per (tenant, user) plus the index metadata."""
+
+    dim: int | None = None
+    embedding_model: str | None = None
+    rows: dict[tuple[str, str], dict[str, AtomRow]] = field(default_factory=dict)
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    na = math.sqrt(sum(x * x for x in a))
+    nb = math.sqrt(sum(y * y for y in b))
+    return dot / (na * nb) if na and nb else 0.0
+
+
+class InMemoryVectorStore:
+    """Reference :class:`~mnemoflow.ports.vectors.VectorStore`. Sync, single process, not persistent."""
+
+    def __init__(
+        self, *, dim: int, embedding_model: str, index: InMemoryIndex | None = None, candidates: int = 50
+    ) -> None:
+        self._dim = dim
+        self._model = embedding_model
+        self._index = index if index is not None else InMemoryIndex()
+        self._candidates = candidates
+        self._closed = False
+        if self._index.embedding_model is None:
+            self._index.embedding_model, self._index.dim = embedding_model, dim
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def embedding_model(self) -> str:
+        return self._model
+
+    def _live(self) -> None:
+        if self._closed:
+            raise StorageError("store is closed")
+
+    def _fresh(self) -> None:
+        """Vectors of another model must not be compared with ours (see EmbeddingModelMismatch)."""
+        self._live()
+        if (self._index.embedding_model, self._index.dim) != (self._model, self._dim):
+            raise EmbeddingModelMismatch(
+                f"index holds {self._index.embedding_model!r} (dim {self._index.dim}), store is configured for "
+                f"{self._model!r} (dim {self._dim}); call reembed(embed_fn)"
+            )
+
+    def _scope(self, tenant: str, user: str) -> dict[str, AtomRow]:
+        check_scope(tenant, user)
+        return self._index.rows.get((tenant, user), {})
+
+    def upsert(self, rows: Sequence[AtomRow]) -> None:
+        self._fresh()
+        for row in check_rows(rows, self._dim):
+            self._index.rows.setdefault((row.tenant, row.user), {})[row.id] = row
+
+    def delete(self, tenant: str, user: str, ids: Sequence[str]) -> int:
+        self._live()
+        scope = self._scope(tenant, user)
+        return sum(scope.pop(i, None) is not None for i in set(ids))
+
+    def get(self, tenant: str, user: str, ids: Sequence[str]) -> list[AtomRow]:
+        self._live()
+        scope = self._scope(tenant, user)
+        return [scope[i] for i in ids if i in scope]
+
+    def _candidates_of(self, tenant: str, user: str, types: Sequence[AtomType] | None) -> list[AtomRow]:
+        wanted = check_types(types)
+        rows = self._scope(tenant, user).values()
+        return [r for r in rows if wanted is None or r.type in wanted]
+
+    def dense_search(
+        self, tenant: str, user: str, query_vector: Sequence[float], k: int, types: Sequence[AtomType] | None = None
+    ) -> list[Hit]:
+        self._fresh()
+        check_k(k)
+        q = check_vector(query_vector, self._dim)
+        scored = [(_cosine(q, r.vector), r) for r in self._candidates_of(tenant, user, types)]
+        scored.sort(key=lambda sr: (-sr[0], sr[1].id))
+        return [Hit(id=r.id, score=s, dense_rank=i, row=r) for i, (s, r) in enumerate(scored[:k], start=1)]
+
+    def bm25_search(
+        self, tenant: str, user: str, query_text: str, k: int, types: Sequence[AtomType] | None = None
+    ) -> list[Hit]:
+        self._live()
+        check_k(k)
+        terms = set(tokenize(query_text))
+        # Collection statistics are per user: that is the population a query ranks within.
+        docs = [(r, Counter(tokenize(r.text))) for r in self._scope(tenant, user).values()]
+        wanted = check_types(types)
+        if not terms or not docs:
+            return []
+        avg = sum(sum(tf.values()) for _, tf in docs) / len(docs)
+        df = {t: sum(1 for _, tf in docs if t in tf) for t in terms}
+        scored: list[tuple[float, AtomRow]] = []
+        for row, tf in docs:
+            if wanted is not None and row.type not in wanted:
+                continue
+            length = sum(tf.values())
+            s = 0.0
+            for t in terms:
+                if tf[t]:
+                    idf = math.log(1 + (len(docs) - df[t] + 0.5) / (df[t] + 0.5))
+                    s += idf * tf[t] * (_K1 + 1) / (tf[t] + _K1 * (1 - _B + _B * length / avg))
+            if s > 0:
+                scored.append((s, row))
+        scored.sort(key=lambda sr: (-sr[0], sr[1].id))
+        return [Hit(id=r.id, score=s, bm25_rank=i, row=r) for i, (s, r) in enumerate(scored[:k], start=1)]
+
+    def search(
+        self,
+        tenant: str,
+        user: str,
+        query_text: str,
+        query_vector: Sequence[float],
+        k: int,
+        types: Sequence[AtomType] | None = None,
+    ) -> list[Hit]:
+        check_k(k)
+        depth = candidate_depth(k, self._candidates)
+        dense = self.dense_search(tenant, user, query_vector, depth, types)
+        return rrf_fuse(dense, self.bm25_search(tenant, user, query_text, depth, types), k)
+
+    def count(self, tenant: str, user: str | None = None) -> int:
+        self._live()
+        check_scope(tenant, user)
+        return sum(len(rows) for (t, u), rows in self._index.rows.items() if t == tenant and user in (None, u))
+
+    def reembed(self, embed_fn: EmbedFn, batch_size: int = 256) -> int:
+        self._live()
+        done = 0
+        for scope in self._index.rows.values():
+            rows = list(scope.values())
+            for start in range(0, len(rows), batch_size):
+                batch = rows[start : start + batch_size]
+                vectors = embed_fn([r.text for r in batch])
+                for row, vec in zip(batch, vectors, strict=True):
+                    check_vector(vec, self._dim)
+                    scope[row.id] = with_vector(row, vec)
+                done += len(batch)
+        self._index.embedding_model, self._index.dim = self._model, self._dim
+        return done
+
+    def close(self) -> None:
+        self._closed = True

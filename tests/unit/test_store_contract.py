@@ -1,0 +1,232 @@
+"""One contract, every VectorStore backend: in-memory always, SQLite and Milvus Lite when installed.
+
+The Milvus cases carry ``pytest.mark.integration`` (they start an embedded Milvus server), so
+``pytest -m "not integration"`` stays fast. Vectors are seeded random, never a real model.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import random
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mnemoflow.errors import InvalidInput, MnemoflowError
+from mnemoflow.ports.vectors import ATOM_TYPES, AtomRow, EmbeddingModelMismatch, VectorStore
+from mnemoflow.stores import InMemoryIndex, InMemoryVectorStore
+
+DIM = 16
+_has = {m: importlib.util.find_spec(m) is not None for m in ("apsw", "sqlite_vec", "pymilvus", "milvus_lite")}
+BACKENDS = [
+    "memory",
+    pytest.param("sqlite", marks=pytest.mark.skipif(not (_has["apsw"] and _has["sqlite_vec"]), reason="no sqlite")),
+    pytest.param("milvus", marks=[pytest.mark.integration, pytest.mark.skipif(
+        not (_has["pymilvus"] and _has["milvus_lite"]), reason="pip install mnemoflow[milvus]")]),
+]
+Opener = Callable[..., VectorStore]
+_collections = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def milvus_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One Milvus Lite file per module (its server starts once); each test gets its own collection."""
+    return str(tmp_path_factory.mktemp("milvus") / "atoms.db")
+
+
+@pytest.fixture(params=BACKENDS)
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    """Returns ``open(model="m1", dim=DIM)``: each call reopens the *same* index, as a restart would."""
+    opened: list[VectorStore] = []
+    index = InMemoryIndex()
+    collection = f"atoms_{next(_collections)}"
+
+    def opener(model: str = "m1", dim: int = DIM) -> VectorStore:
+        if request.param == "memory":
+            store: VectorStore = InMemoryVectorStore(dim=dim, embedding_model=model, index=index)
+        elif request.param == "sqlite":
+            from mnemoflow.stores.sqlite import SqliteVectorStore
+
+            store = SqliteVectorStore.open(str(tmp_path / "atoms.db"), dim=dim, embedding_model=model)
+        else:
+            from mnemoflow.stores.milvus import MilvusVectorStore
+
+            uri = request.getfixturevalue("milvus_uri")
+            store = MilvusVectorStore.open(uri, dim=dim, embedding_model=model, collection=collection)
+        opened.append(store)
+        return store
+
+    yield opener
+    for store in opened:
+        try:
+            store.close()
+        except MnemoflowError:
+            pass
+
+
+@pytest.fixture
+def store(open_store: Opener) -> VectorStore:
+    return open_store()
+
+
+def vec(seed: int, dim: int = DIM) -> list[float]:
+    rng = random.Random(seed)
+    return [rng.gauss(0, 1) for _ in range(dim)]
+
+
+T0 = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+
+
+def atom(i: int, tenant: str = "t1", user: str = "u1", *, text: str | None = None, type_: str | None = None,
+         dim: int = DIM) -> AtomRow:
+    return AtomRow(
+        id=f"a{i}", tenant=tenant, user=user, type=type_ or ATOM_TYPES[i % 3], priority=i % 101 - 1,
+        text=text or f"fact number {i} token{i} about alpha beta", vector=vec(i, dim),
+        created=T0 + timedelta(seconds=i), updated=(T0 + timedelta(hours=i)).astimezone(timezone(timedelta(hours=2))),
+        source_message_ids=[f"m{i}", f"m{i + 1}"],
+    )
+
+
+def test_upsert_then_get_round_trips_every_field(store: VectorStore) -> None:
+    rows = [atom(i) for i in range(5)]
+    store.upsert(rows)
+    assert store.get("t1", "u1", ["a3", "missing", "a0"]) == [rows[3], rows[0]]
+    assert store.get("t1", "u2", ["a3"]) == []
+
+
+def test_upsert_is_idempotent_and_replaces_by_id(store: VectorStore) -> None:
+    store.upsert([atom(i) for i in range(5)])
+    store.upsert([atom(i) for i in range(5)])
+    assert store.count("t1", "u1") == 5
+    store.upsert([atom(2, text="the zebra moved to lisbon")])
+    assert store.count("t1", "u1") == 5
+    assert store.get("t1", "u1", ["a2"])[0].text == "the zebra moved to lisbon"
+    assert [h.id for h in store.bm25_search("t1", "u1", "zebra", 5)] == ["a2"]
+    assert [h.id for h in store.bm25_search("t1", "u1", "token2", 5)] == []
+
+
+def test_delete_removes_only_this_users_rows(store: VectorStore) -> None:
+    store.upsert([atom(i) for i in range(4)] + [atom(i, user="u2") for i in range(4)])
+    assert store.delete("t1", "u1", ["a1", "a2", "nope"]) == 2
+    assert store.delete("t1", "u1", ["a1"]) == 0
+    assert [r.id for r in store.get("t1", "u1", ["a0", "a1", "a2", "a3"])] == ["a0", "a3"]
+    assert store.count("t1", "u2") == 4
+    assert all(h.id not in {"a1", "a2"} for h in store.search("t1", "u1", "token1 token2", vec(1), 10))
+
+
+def test_count_per_tenant_and_user(store: VectorStore) -> None:
+    store.upsert([atom(i) for i in range(3)] + [atom(i, user="u2") for i in range(2)] + [atom(0, tenant="t2")])
+    assert (store.count("t1"), store.count("t1", "u1"), store.count("t1", "u2"), store.count("t2")) == (5, 3, 2, 1)
+
+
+def test_exact_text_match_ranks_first(store: VectorStore) -> None:
+    store.upsert([atom(i) for i in range(60)])
+    target = atom(17)
+    for hits in (store.search("t1", "u1", target.text, target.vector, 5), store.bm25_search("t1", "u1", target.text, 5),
+                 store.dense_search("t1", "u1", target.vector, 5)):
+        assert hits[0].id == "a17"
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert store.dense_search("t1", "u1", target.vector, 1)[0].score == pytest.approx(1.0, abs=1e-4)
+
+
+def test_hybrid_fuses_both_lists(store: VectorStore) -> None:
+    """Text points at a5, vector at a9: both must come back, and RRF scores are at most 2/61."""
+    store.upsert([atom(i) for i in range(20)])
+    hits = store.search("t1", "u1", "token5", vec(9), 3)
+    assert {"a5", "a9"} <= {h.id for h in hits}
+    assert all(0 < h.score <= 2 / 61 + 1e-9 for h in hits)
+    for h in hits:  # backends that report ranks must report them consistently
+        if h.dense_rank is not None and h.bm25_rank is not None:
+            assert h.score == pytest.approx(1 / (60 + h.dense_rank) + 1 / (60 + h.bm25_rank))
+
+
+def test_type_filter_applies_to_every_search(store: VectorStore) -> None:
+    store.upsert([atom(i) for i in range(30)])
+    q = atom(4)  # type episodic
+    for types in (["persona"], ["instruction", "episodic"]):
+        for hits in (store.search("t1", "u1", q.text, q.vector, 10, types=types),
+                     store.dense_search("t1", "u1", q.vector, 10, types=types),
+                     store.bm25_search("t1", "u1", q.text, 10, types=types)):
+            assert hits and all(h.row.type in types for h in hits)
+
+
+def test_dimension_mismatch_is_rejected(store: VectorStore) -> None:
+    with pytest.raises(InvalidInput):
+        store.upsert([atom(1, dim=DIM + 1)])
+    with pytest.raises(InvalidInput):
+        store.dense_search("t1", "u1", vec(1, DIM - 1), 3)
+    with pytest.raises(InvalidInput):
+        store.search("t1", "u1", "x", vec(1, DIM - 1), 3)
+    assert store.count("t1") == 0
+
+
+def test_bad_arguments_are_refused(store: VectorStore) -> None:
+    for call in (lambda: store.search("t1", "", "x", vec(1), 3), lambda: store.count(""),
+                 lambda: store.search("t1", "u1", "x", vec(1), 0),
+                 lambda: store.search("t1", "u1", "x", vec(1), 3, types=[]),
+                 lambda: store.bm25_search("t1", "u1", "x", 3, types=["fact"])):  # type: ignore[list-item]
+        with pytest.raises(InvalidInput):
+            call()
+    assert store.bm25_search("t1", "u1", "?! ...", 3) == []
+
+
+def test_embedding_model_mismatch_is_detected_then_reembedded(open_store: Opener) -> None:
+    first = open_store("m1")
+    first.upsert([atom(i) for i in range(6)])
+    first.close()
+    second = open_store("m2")
+    with pytest.raises(EmbeddingModelMismatch, match="reembed"):
+        second.search("t1", "u1", "fact", vec(1), 3)
+    with pytest.raises(EmbeddingModelMismatch):
+        second.upsert([atom(9)])
+    assert second.count("t1", "u1") == 6  # nothing was dropped
+    assert second.reembed(lambda texts: [vec(len(t) + 1000) for t in texts]) == 6
+    assert second.dense_search("t1", "u1", vec(len(atom(3).text) + 1000), 6)[0].score == pytest.approx(1, abs=1e-4)
+    second.close()
+    assert open_store("m2").search("t1", "u1", "fact", vec(1), 3)
+    with pytest.raises(EmbeddingModelMismatch):
+        open_store("m1").dense_search("t1", "u1", vec(1), 3)
+
+
+def test_reembed_to_another_dimension(open_store: Opener) -> None:
+    first = open_store("m1", DIM)
+    first.upsert([atom(i) for i in range(4)])
+    first.close()
+    wider = open_store("m3", DIM * 2)
+    assert wider.reembed(lambda texts: [vec(7, DIM * 2) for _ in texts]) == 4
+    assert len(wider.get("t1", "u1", ["a1"])[0].vector) == DIM * 2
+    assert len(wider.search("t1", "u1", "token1", vec(7, DIM * 2), 4)) == 4
+
+
+# Ids that would break a naive filter: quotes, backslashes, operators, non-ASCII.
+scope_ids = st.sampled_from(['u1', 'u2', 'o"brien', "o'neil", 'back\\slash', 'a" or user != "', 'ünï 名', 'x y'])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    population=st.lists(st.tuples(st.sampled_from(["t1", "t'2", 't"3']), scope_ids), min_size=1, max_size=6),
+    probe=st.tuples(st.sampled_from(["t1", "t'2", 't"3', "t4"]), scope_ids),
+    types=st.none() | st.lists(st.sampled_from(ATOM_TYPES), min_size=1, max_size=3, unique=True),
+    k=st.integers(1, 20),
+    seed=st.integers(0, 10_000),
+)
+def test_search_never_crosses_tenant_or_user(store: VectorStore, population: list[tuple[str, str]],
+                                             probe: tuple[str, str], types: list[str] | None, k: int,
+                                             seed: int) -> None:
+    rng = random.Random(seed)
+    rows = [atom(rng.randrange(10_000), t, u, text="shared words alpha beta") for t, u in population]
+    store.upsert(rows)  # rows accumulate across examples, so earlier examples are neighbours too
+    tenant, user = probe
+    for hits in (store.search(tenant, user, "shared alpha", vec(seed), k, types=types),  # type: ignore[arg-type]
+                 store.dense_search(tenant, user, vec(seed), k, types=types),  # type: ignore[arg-type]
+                 store.bm25_search(tenant, user, "shared words", k, types=types)):  # type: ignore[arg-type]
+        assert len(hits) <= k
+        assert all((h.row.tenant, h.row.user) == probe for h in hits)
+        assert all(types is None or h.row.type in types for h in hits)
+    if probe in population and types is None:
+        assert store.search(tenant, user, "shared alpha", vec(seed), k)

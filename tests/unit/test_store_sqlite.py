@@ -1,0 +1,63 @@
+"""SQLite-specific behaviour beyond the shared contract: one file shared by several processes, and errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from mnemoflow.errors import StorageError
+from mnemoflow.ports.vectors import AtomRow
+
+pytest.importorskip("apsw")
+pytest.importorskip("sqlite_vec")
+
+from mnemoflow.stores.sqlite import SqliteVectorStore  # noqa: E402
+
+_WRITER = """
+import sys
+from datetime import UTC, datetime
+from mnemoflow.ports.vectors import AtomRow
+from mnemoflow.stores.sqlite import SqliteVectorStore
+s = SqliteVectorStore.open(sys.argv[1], dim=4, embedding_model="m")
+now = datetime.now(UTC)
+s.upsert([AtomRow(id=f"b{i}", tenant="t", user="other", type="episodic", priority=1, text=f"from child {i}",
+                  vector=[1.0, 0.0, float(i), 1.0], created=now, updated=now) for i in range(20)])
+print(s.count("t"))
+s.close()
+"""
+
+
+def _row(i: int) -> AtomRow:
+    now = datetime.now(UTC)
+    return AtomRow(id=f"a{i}", tenant="t", user="me", type="persona", priority=5, text=f"from parent {i}",
+                   vector=[0.0, 1.0, float(i), 1.0], created=now, updated=now)
+
+
+def test_two_processes_share_one_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.db")
+    store = SqliteVectorStore.open(path, dim=4, embedding_model="m")
+    store.upsert([_row(i) for i in range(10)])
+    child = subprocess.run([sys.executable, "-c", _WRITER, path], capture_output=True, text=True, timeout=60)
+    assert child.returncode == 0, child.stderr
+    assert int(child.stdout.strip()) == 30  # the child saw the parent's rows
+    assert store.count("t", "other") == 20  # and the parent sees the child's, with the file still open
+    assert [h.row.user for h in store.search("t", "other", "child", [1.0, 0.0, 3.0, 1.0], 5)] == ["other"] * 5
+    assert store._conn.execute("pragma journal_mode").fetchone()[0] == "wal"
+    store.close()
+
+
+def test_unopenable_file_raises_storage_error(tmp_path: Path) -> None:
+    with pytest.raises(StorageError):
+        SqliteVectorStore.open(str(tmp_path / "no" / "such" / "dir" / "x.db"), dim=4, embedding_model="m")
+
+
+def test_missing_vendor_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mnemoflow.stores import _sqlite_schema
+
+    monkeypatch.setitem(sys.modules, "sqlite_vec", None)
+    with pytest.raises(ImportError, match=r"pip install mnemoflow\[sqlite\]"):
+        _sqlite_schema.connect(":memory:", 1000)
