@@ -93,6 +93,8 @@ class Stack:
 
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # Ray 2.60 turns token auth on by default
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        # Ray runs its workers at nice 15; our actors and Serve replicas are the service, not background work.
+        os.environ.setdefault("RAY_worker_niceness", "0")
         if not ray.is_initialized():
             if self.settings.ray_address:
                 ray.init(address=self.settings.ray_address, namespace=self.settings.ray_namespace)

@@ -1,0 +1,59 @@
+"""The ``embedder`` Serve deployment: one embedder per replica, requests from many callers batched together.
+
+Each request is a list of texts; ``@serve.batch`` gathers concurrent requests, so a burst of single-text calls
+runs as one ONNX batch. ``ServeEmbedder`` is the :class:`mnemoflow.ports.Embedder` adapter over its handle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ray import serve
+
+from mnemoflow.config import Settings
+from mnemoflow.embedding.factory import build_embedder
+
+
+class EmbedderServer:
+    def __init__(self, settings: Settings) -> None:
+        self._embedder = build_embedder(settings)
+        self._embedder.embed(["warm up"])  # load the model before the first request, not during it
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.002)
+    async def embed(self, requests: list[list[str]]) -> list[list[list[float]]]:
+        flat = [text for texts in requests for text in texts]
+        vectors = await asyncio.to_thread(self._embedder.embed, flat)
+        out, start = [], 0
+        for texts in requests:
+            out.append(vectors[start : start + len(texts)])
+            start += len(texts)
+        return out
+
+    def info(self) -> dict[str, Any]:
+        return {"dim": self._embedder.dim, "model_id": self._embedder.model_id}
+
+
+def build_embedder_app(settings: Settings, replicas: int = 1) -> Any:
+    deployment = serve.deployment(name="embedder", num_replicas=replicas, ray_actor_options={"num_cpus": 0})
+    return deployment(EmbedderServer).bind(settings)
+
+
+class ServeEmbedder:
+    """The Embedder port over a Serve handle (sync: call it from threads or sync code, not inside an event loop)."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+        info = handle.info.remote().result()
+        self._dim, self._model_id = int(info["dim"]), str(info["model_id"])
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        return self._handle.embed.remote(texts).result() if texts else []
