@@ -72,7 +72,15 @@ class Settings(BaseSettings):
     embedder_model: str = "all-MiniLM-L6-v2"
     embedder_threads: int | None = Field(None, ge=1, description="onnxruntime threads; None lets it choose.")
     llm_engine: Literal["heuristic", "openai", "llama_cpp", "vllm"] = "heuristic"
-    llm_url: str | None = None
+    llm_url: str | None = Field(None, description="OpenAI-compatible base URL for llm_engine='openai'.")
+    llm_model: str = Field("default", description="Model name (openai, vllm) sent to the engine.")
+    llm_model_path: Path | None = Field(None, description="GGUF file for llm_engine='llama_cpp'.")
+    llm_api_key: SecretStr | None = None
+    llm_timeout_seconds: float = Field(60.0, gt=0)
+    llm_replicas_min: int = Field(1, ge=0, description="Serve autoscaling of the llm deployment (cluster shape).")
+    llm_replicas_max: int = Field(1, ge=1)
+    llm_target_ongoing_requests: float = Field(8.0, gt=0)
+    llm_num_gpus: float = Field(0.0, ge=0, description="GPUs per llm replica (1 for vLLM on a GPU node).")
 
     @field_validator("api_keys")
     @classmethod
@@ -87,6 +95,8 @@ class Settings(BaseSettings):
         for name, value in self.model_dump(mode="json", exclude_none=True).items():
             if name == "api_keys":
                 value = {tenant: key.get_secret_value() for tenant, key in self.api_keys.items()}
+            elif name == "llm_api_key" and self.llm_api_key is not None:
+                value = self.llm_api_key.get_secret_value()
             env[f"MNEMOFLOW_{name.upper()}"] = value if isinstance(value, str) else json.dumps(value)
         return env
 

@@ -39,3 +39,11 @@ class StructuredOutputError(MnemoflowError):
         super().__init__(message)
         self.raw_text = raw_text
         self.stage = stage
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keyword-only fields: rebuild through a helper so the error survives pickling (Ray, Serve replicas).
+        return (_structured_output_error, (str(self), self.raw_text, self.stage))
+
+
+def _structured_output_error(message: str, raw_text: str, stage: str) -> StructuredOutputError:
+    return StructuredOutputError(message, raw_text=raw_text, stage=stage)

@@ -7,6 +7,7 @@ runs as one ONNX batch. ``ServeEmbedder`` is the :class:`mnemoflow.ports.Embedde
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from typing import Any
 
 from ray import serve
@@ -19,9 +20,11 @@ class EmbedderServer:
     def __init__(self, settings: Settings) -> None:
         self._embedder = build_embedder(settings)
         self._embedder.embed(["warm up"])  # load the model before the first request, not during it
+        self._batch_sizes: deque[int] = deque(maxlen=1000)
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.002)
     async def embed(self, requests: list[list[str]]) -> list[list[list[float]]]:
+        self._batch_sizes.append(len(requests))
         flat = [text for texts in requests for text in texts]
         vectors = await asyncio.to_thread(self._embedder.embed, flat)
         out, start = [], 0
@@ -32,6 +35,10 @@ class EmbedderServer:
 
     def info(self) -> dict[str, Any]:
         return {"dim": self._embedder.dim, "model_id": self._embedder.model_id}
+
+    def batch_sizes(self) -> list[int]:
+        """Requests per batch, most recent last (bounded): shows whether callers were batched together."""
+        return list(self._batch_sizes)
 
 
 def build_embedder_app(settings: Settings, replicas: int = 1) -> Any:

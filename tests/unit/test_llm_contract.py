@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
@@ -17,13 +16,13 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from pydantic import BaseModel, Field
 
 from mnemoflow.errors import ConfigError, InvalidInput, MnemoflowError, ServiceUnavailable, StructuredOutputError
 from mnemoflow.llm import LLMUsage, OpenAIEngine
 from mnemoflow.ports.llm import LLM, ChatMessage
 from mnemoflow.testing import FakeOpenAIServer, FakeReply, FakeStall, FakeStatus, ScriptedLLM
+from tests.services import asgi_server
 
 
 class Fact(BaseModel):
@@ -67,22 +66,8 @@ class Harness:
 def uvicorn_fake() -> Iterator[tuple[FakeOpenAIServer, str]]:
     """The scripted server behind uvicorn on a free loopback port, in a thread."""
     app = FakeOpenAIServer()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, lifespan="off", log_level="warning", timeout_graceful_shutdown=1)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start within 10 s"
-        time.sleep(0.02)
-    yield app, f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    with asgi_server(app) as url:
+        yield app, url
 
 
 def _scripted_requests(llm: ScriptedLLM) -> list[dict[str, Any]]:

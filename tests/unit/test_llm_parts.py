@@ -171,3 +171,12 @@ def test_engine_constructor_validates_and_does_no_io() -> None:
         OpenAIEngine("http://x", "m", max_retries=-1)
     engine = OpenAIEngine("http://127.0.0.1:9", "m")  # nothing listens; building must not connect
     asyncio.run(engine.aclose())
+
+
+def test_structured_output_error_survives_pickling() -> None:
+    import pickle
+
+    from mnemoflow.errors import StructuredOutputError
+
+    err = pickle.loads(pickle.dumps(StructuredOutputError("bad", raw_text="{", stage="l1")))
+    assert (str(err), err.raw_text, err.stage) == ("bad", "{", "l1")

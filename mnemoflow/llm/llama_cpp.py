@@ -1,0 +1,50 @@
+"""The ``llama_cpp`` engine: a GGUF model in-process on CPU, for single-machine self-hosting.
+
+llama.cpp turns the JSON schema into a grammar, so the sampler can only emit schema-valid JSON. Inference is
+CPU-bound and blocking, so each call runs in a worker thread and calls are serialised (one context). Needs
+``pip install 'mnemoflow[llama]'`` (llama-cpp-python builds from source: about 10 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from mnemoflow.errors import ConfigError
+from mnemoflow.llm.structured import RawReply, StructuredEngine, StructuredRequest
+from mnemoflow.llm.usage import LLMUsage
+
+
+class LlamaCppEngine(StructuredEngine):
+    def __init__(
+        self, model_path: str | Path, *, n_ctx: int = 4096, threads: int | None = None, usage: LLMUsage | None = None
+    ) -> None:
+        try:
+            from llama_cpp import Llama
+        except ImportError as exc:
+            raise ConfigError("the llama_cpp engine needs llama-cpp-python: pip install 'mnemoflow[llama]'") from exc
+        if not Path(model_path).is_file():
+            raise ConfigError(f"GGUF model not found: {model_path}")
+        self.usage = usage if usage is not None else LLMUsage()
+        self._llm = Llama(model_path=str(model_path), n_ctx=n_ctx, n_threads=threads, verbose=False)
+        self._lock = asyncio.Lock()
+
+    def _complete(self, request: StructuredRequest) -> dict[str, Any]:
+        return self._llm.create_chat_completion(  # type: ignore[return-value]
+            messages=[m.model_dump() for m in request.messages],
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            response_format={"type": "json_object", "schema": request.schema},
+        )
+
+    async def _send(self, request: StructuredRequest) -> RawReply:
+        async with self._lock:
+            reply = await asyncio.to_thread(self._complete, request)
+        choice, usage = reply["choices"][0], reply.get("usage") or {}
+        return RawReply(
+            text=choice["message"].get("content") or "",
+            prompt_tokens=int(usage.get("prompt_tokens", 0)),
+            completion_tokens=int(usage.get("completion_tokens", 0)),
+            finish_reason=choice.get("finish_reason"),
+        )

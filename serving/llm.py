@@ -1,0 +1,83 @@
+"""The ``llm`` Serve deployment: one engine per replica (vLLM on a GPU node, or a client of an OpenAI-compatible
+server, or llama.cpp on CPU), autoscaled by ongoing requests; ``ServeLLM`` is the LLM port over its handle.
+
+The replica runs the whole structured-output contract (validate, retry once, raise), so callers anywhere in the
+cluster get validated objects. Token usage is recorded where the engine runs (``usage()`` on the deployment);
+the caller's ``ServeLLM.usage`` records each call's stage, latency and outcome as seen from its side.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+from ray import serve
+
+from mnemoflow.config import Settings
+from mnemoflow.errors import ConfigError
+from mnemoflow.llm.factory import build_llm
+from mnemoflow.llm.usage import CallRecord, LLMUsage
+from mnemoflow.ports.llm import ChatMessage
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class LLMServer:
+    def __init__(self, settings: Settings) -> None:
+        engine = build_llm(settings)
+        if engine is None:
+            raise ConfigError("the llm deployment needs a model engine; llm_engine='heuristic' uses none")
+        self._engine = engine
+
+    async def complete(
+        self, messages: list[ChatMessage], output_model: type[M], max_tokens: int, temperature: float, stage: str
+    ) -> M:
+        return await self._engine.complete(
+            messages, output_model, max_tokens=max_tokens, temperature=temperature, stage=stage
+        )
+
+    def usage(self) -> dict[str, Any]:
+        return {name: vars(totals) for name, totals in self._engine.usage.stages().items()}
+
+
+def build_llm_app(settings: Settings) -> Any:
+    """The bound deployment with the autoscaling and GPU options from settings."""
+    deployment = serve.deployment(
+        name="llm",
+        autoscaling_config={
+            "min_replicas": settings.llm_replicas_min,
+            "max_replicas": settings.llm_replicas_max,
+            "target_ongoing_requests": settings.llm_target_ongoing_requests,
+        },
+        ray_actor_options={"num_cpus": 0, "num_gpus": settings.llm_num_gpus},
+    )
+    return deployment(LLMServer).bind(settings)
+
+
+class ServeLLM:
+    """Implements :class:`mnemoflow.ports.LLM` by calling the ``llm`` deployment."""
+
+    def __init__(self, handle: Any, usage: LLMUsage | None = None) -> None:
+        self._handle = handle
+        self.usage = usage if usage is not None else LLMUsage()
+
+    async def complete(
+        self,
+        messages: list[ChatMessage],
+        output_model: type[M],
+        *,
+        max_tokens: int,
+        temperature: float = 0.0,
+        stage: str = "default",
+    ) -> M:
+        started = time.perf_counter()
+        error: str | None = None
+        try:
+            return await self._handle.complete.remote(messages, output_model, max_tokens, temperature, stage)
+        except Exception as exc:
+            error = type(exc).__name__
+            raise
+        finally:
+            latency = time.perf_counter() - started
+            self.usage.record(CallRecord(stage, 0, 0, latency, 1, error is None, error))

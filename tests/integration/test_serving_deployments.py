@@ -1,0 +1,85 @@
+"""The model-side Serve deployments on real Ray Serve: batched embeddings and the llm deployment."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from pydantic import BaseModel, Field
+
+from mnemoflow.config import Settings
+from mnemoflow.embedding.hashing import HashingEmbedder
+from mnemoflow.errors import StructuredOutputError
+from mnemoflow.ports.llm import ChatMessage
+from mnemoflow.testing import FakeOpenAIServer, FakeReply
+from tests.services import asgi_server
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def serve_instance() -> Iterator[None]:
+    import ray
+    from ray import serve
+
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": 0})
+    yield
+    serve.shutdown()
+    ray.shutdown()
+
+
+def test_embedder_batches_concurrent_callers_and_matches_in_process(serve_instance: None) -> None:
+    from ray import serve
+
+    from serving.embedder import ServeEmbedder, build_embedder_app
+
+    handle = serve.run(build_embedder_app(Settings(embedder="hashing")), name="embedder", route_prefix=None)
+    remote = ServeEmbedder(handle)
+    texts = [f"fact number {i} about the deploy" for i in range(64)]
+    with ThreadPoolExecutor(32) as pool:
+        vectors = list(pool.map(lambda t: remote.embed([t])[0], texts))
+    local = HashingEmbedder(dim=remote.dim).embed(texts)
+    assert all(max(abs(a - b) for a, b in zip(v, w, strict=True)) < 1e-6 for v, w in zip(vectors, local, strict=True))
+    sizes = handle.batch_sizes.remote().result()
+    assert sum(sizes) >= 64 and max(sizes) > 1, sizes  # concurrent single-text calls ran as shared batches
+    assert remote.embed(texts[:5]) == [remote.embed([t])[0] for t in texts[:5]]
+
+
+class Fact(BaseModel):
+    content: str
+    tags: list[str] = Field(max_length=3)
+
+
+def _ship_this_module_by_value() -> None:
+    """Replicas cannot import a test module; output models in mnemoflow.prompts are importable everywhere."""
+    import sys
+
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def test_llm_deployment_returns_validated_objects_and_retries_in_the_replica(serve_instance: None) -> None:
+    from ray import serve
+
+    from serving.llm import ServeLLM, build_llm_app
+
+    _ship_this_module_by_value()
+    fake = FakeOpenAIServer([FakeReply('{"content": "likes tea", "tags": ["a", "b", "c", "d"]}'),
+                             FakeReply('{"content": "likes tea", "tags": ["drink"]}'),
+                             FakeReply("not json"), FakeReply("still not json")])  # fmt: skip
+    with asgi_server(fake) as url:
+        settings = Settings(llm_engine="openai", llm_url=url, llm_model="m")
+        llm = ServeLLM(serve.run(build_llm_app(settings), name="llm", route_prefix=None))
+        messages = [ChatMessage(role="user", content="extract")]
+        fact = asyncio.run(llm.complete(messages, Fact, max_tokens=64, stage="l1"))
+        assert fact == Fact(content="likes tea", tags=["drink"])
+        assert len(fake.requests) == 2 and fake.requests[0]["max_tokens"] == 64
+        assert fake.requests[0]["response_format"]["json_schema"]["schema"]["properties"]["tags"]["maxItems"] == 3
+        with pytest.raises(StructuredOutputError):
+            asyncio.run(llm.complete(messages, Fact, max_tokens=64, stage="l1"))
+    totals = llm.usage.stages()["l1"]
+    assert (totals.calls, totals.ok, totals.failed) == (2, 1, 1)
