@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     llm_engine: Literal["heuristic", "openai", "llama_cpp", "vllm"] = "heuristic"
     llm_url: str | None = Field(None, description="OpenAI-compatible base URL for llm_engine='openai'.")
     llm_model: str = Field("default", description="Model name (openai, vllm) sent to the engine.")
+    llm_schema_format: Literal["json_schema", "json_object"] = Field(
+        "json_schema", description="How the OpenAI-compatible server takes a schema (json_object: llama.cpp server)."
+    )
     llm_model_path: Path | None = Field(None, description="GGUF file for llm_engine='llama_cpp'.")
     llm_api_key: SecretStr | None = None
     llm_timeout_seconds: float = Field(60.0, gt=0)

@@ -20,7 +20,13 @@ def build_llm(settings: Settings) -> LLM | None:
         from mnemoflow.llm.openai import OpenAIEngine
 
         key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
-        return OpenAIEngine(settings.llm_url, settings.llm_model, key, timeout=settings.llm_timeout_seconds)
+        return OpenAIEngine(
+            settings.llm_url,
+            settings.llm_model,
+            key,
+            timeout=settings.llm_timeout_seconds,
+            schema_format=settings.llm_schema_format,
+        )
     if engine == "llama_cpp":
         if not settings.llm_model_path:
             raise ConfigError("llm_engine='llama_cpp' needs MNEMOFLOW_LLM_MODEL_PATH (a GGUF file)")

@@ -14,7 +14,7 @@ import random
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -44,6 +44,9 @@ class OpenAIEngine(StructuredEngine):
     timeout or connection error, spaced by exponential backoff with jitter (``backoff_s * 2**n``, capped at
     ``backoff_max_s``, honouring a numeric ``Retry-After``). Pass ``client`` to share a pool; otherwise the
     engine owns one and closes it in :meth:`aclose`. Building the engine does no I/O.
+
+    ``schema_format`` says how the server takes a JSON schema: ``json_schema`` (OpenAI, vLLM, Ollama) or
+    ``json_object`` (llama.cpp's ``llama_cpp.server``: ``{"type": "json_object", "schema": ...}``, a grammar).
     """
 
     def __init__(
@@ -60,12 +63,14 @@ class OpenAIEngine(StructuredEngine):
         backoff_max_s: float = 8.0,
         max_connections: int = 32,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        schema_format: Literal["json_schema", "json_object"] = "json_schema",
     ) -> None:
         if max_retries < 0 or timeout <= 0:
             raise ConfigError("OpenAIEngine: max_retries must be >= 0 and timeout > 0")
         root = base_url.rstrip("/")
         self._url = (root if root.endswith("/v1") else root + "/v1") + "/chat/completions"
         self.model = model
+        self._schema_format = schema_format
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout = httpx.Timeout(timeout)
         self._max_retries = max_retries
@@ -96,10 +101,12 @@ class OpenAIEngine(StructuredEngine):
             "messages": [m.model_dump() for m in request.messages],
             "max_tokens": request.max_tokens,
             "temperature": request.temperature,
-            "response_format": {
-                "type": "json_schema",
-                "json_schema": {"name": request.schema_name, "schema": request.schema, "strict": True},
-            },
+            "response_format": (
+                {"type": "json_schema", "json_schema": {"name": request.schema_name, "schema": request.schema,
+                                                        "strict": True}}
+                if self._schema_format == "json_schema"
+                else {"type": "json_object", "schema": request.schema}
+            ),
         }
 
     async def _send(self, request: StructuredRequest) -> RawReply:
