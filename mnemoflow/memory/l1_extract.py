@@ -1,0 +1,96 @@
+"""L1 extraction stage: a window of L0 messages in, validated atom drafts out.
+
+Two engines share :func:`validate_drafts`: the LLM engine (structured output through the LLM port) and the
+heuristic engine (:mod:`mnemoflow.memory.l1_heuristic`). Validation is where provenance is enforced: a source
+id that is not a message of the window's new part is dropped, and a draft left without sources is dropped,
+so every stored atom resolves to L0 (the model cannot invent ids).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Protocol
+
+from pydantic import ValidationError
+
+from mnemoflow.memory.l1_models import AtomDraft
+from mnemoflow.memory.l1_window import Window
+from mnemoflow.ports.llm import LLM
+from mnemoflow.prompts import l1_extraction as prompt
+
+MAX_PER_PASS = 20
+
+
+class Extractor(Protocol):
+    """Turns one window into drafts. Raises (any MnemoflowError) on failure: the caller keeps the cursor."""
+
+    @property
+    def uses_llm(self) -> bool: ...
+
+    async def extract(self, user: str, window: Window, previous_scene: str) -> list[AtomDraft]: ...
+
+
+def validate_drafts(drafts: Iterable[AtomDraft], window: Window, limit: int = MAX_PER_PASS) -> list[AtomDraft]:
+    """Keep drafts whose sources are new messages of the window; at most ``limit``, highest priority first.
+
+    Why by priority and not output order (the original): when a model over-produces, the cut should drop the
+    least important memories. ``-1`` (absolute instruction) ranks first.
+    """
+    allowed = window.new_ids
+    out: dict[tuple[str, str], AtomDraft] = {}
+    for d in drafts:
+        sources = tuple(dict.fromkeys(s for s in d.source_message_ids if s in allowed))
+        if sources:
+            d = d.model_copy(update={"source_message_ids": sources})
+            out.setdefault((d.type, d.content.strip().lower()), d)
+    ranked = sorted(out.values(), key=lambda d: -101 if d.priority < 0 else -d.priority)
+    return ranked[:limit]
+
+
+def _when(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        ts = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return ts if ts.tzinfo is not None else None
+
+
+class LLMExtractor:
+    """Extraction by a model through the LLM port (stage ``l1-extraction``)."""
+
+    uses_llm = True
+
+    def __init__(self, llm: LLM, *, max_tokens: int = 2048) -> None:
+        self._llm, self._max_tokens = llm, max_tokens
+
+    async def extract(self, user: str, window: Window, previous_scene: str) -> list[AtomDraft]:
+        if not any(m.role == "user" for m in window.new):
+            return []  # nothing said by the user: no call (assistant-only windows hold no user memory)
+
+        def pm(m: object) -> prompt.PromptMessage:
+            return prompt.PromptMessage(m.id, m.role, m.ts, m.content)  # type: ignore[attr-defined]
+
+        ctx = prompt.ExtractionContext(user, previous_scene, [pm(m) for m in window.background],
+                                       [pm(m) for m in window.new])
+        reply = await self._llm.complete(prompt.build_messages(ctx), prompt.ExtractionOut,
+                                         max_tokens=self._max_tokens, stage="l1-extraction")
+        drafts = []
+        for scene in reply.scenes:
+            for mem in scene.memories:
+                try:
+                    drafts.append(AtomDraft(
+                        content=mem.content.strip(), type=mem.type, priority=mem.priority,
+                        source_message_ids=tuple(mem.source_message_ids), scene_name=scene.scene_name.strip(),
+                        activity_start=_when(mem.activity_start), activity_end=_when(mem.activity_end)))
+                except ValidationError:
+                    continue  # e.g. blank content after strip: drop the item, keep the pass
+        return validate_drafts(drafts, window)
+
+
+def last_scene(drafts: list[AtomDraft]) -> str | None:
+    """The scene to hand to the next pass (None keeps the previous one)."""
+    named = [d.scene_name for d in drafts if d.scene_name]
+    return named[-1] if named else None

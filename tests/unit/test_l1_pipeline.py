@@ -1,0 +1,140 @@
+import asyncio
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from mnemoflow.embedding import HashingEmbedder
+from mnemoflow.errors import ServiceUnavailable
+from mnemoflow.events import TurnEvent
+from mnemoflow.memory.dedup import LLMDedupJudge
+from mnemoflow.memory.l0 import L0Writer, read_l0
+from mnemoflow.memory.l1_extract import LLMExtractor
+from mnemoflow.memory.l1_heuristic import HeuristicExtractor, HeuristicJudge
+from mnemoflow.memory.l1_pipeline import L1Pipeline, L1Settings
+from mnemoflow.memory.l1_state import load_cursor
+from mnemoflow.memory.records import RecordLog
+from mnemoflow.prompts.l1_extraction import ExtractionOut, MemoryOut, SceneOut
+from mnemoflow.storage import LocalFileStore
+from mnemoflow.stores import InMemoryVectorStore
+from mnemoflow.testing import ManualClock, ScriptedLLM
+
+T0 = datetime(2026, 2, 1, 12, tzinfo=UTC)
+FACTS = ["I adopted a grey cat named Pixel last spring.", "Sure, tell me more.",
+         "I work as a paramedic on night shifts in Leeds.", "That must be tiring.",
+         "From now on always answer me in short bullet points.", "Got it.",
+         "My sister Dana is getting married in June in Porto.", "Congratulations!"]
+
+
+def write_turns(files: LocalFileStore, texts: list[str], user: str = "u", start: int = 0) -> None:
+    L0Writer(files).write([TurnEvent(tenant="t", message_id=f"m{start + i}", user=user, session="s",
+                                     role="user" if (start + i) % 2 == 0 else "assistant", content=text,
+                                     ts=T0 + timedelta(minutes=start + i)) for i, text in enumerate(texts)])
+
+
+def pipeline(files: LocalFileStore, store: InMemoryVectorStore, extractor=None, judge=None, **kw) -> L1Pipeline:
+    emb = HashingEmbedder(64)
+    return L1Pipeline(files=files, store=store, embedder=emb, extractor=extractor or HeuristicExtractor(),
+                      judge=judge or HeuristicJudge(), clock=ManualClock(T0 + timedelta(days=1)), **kw)
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> LocalFileStore:
+    return LocalFileStore(tmp_path)
+
+
+@pytest.fixture
+def store() -> InMemoryVectorStore:
+    return InMemoryVectorStore(dim=64, embedding_model=HashingEmbedder(64).model_id)
+
+
+def test_heuristic_pass_stores_typed_atoms_whose_provenance_resolves_to_l0(files, store) -> None:
+    write_turns(files, FACTS)
+    result = asyncio.run(pipeline(files, store).run("t", "u"))
+    records = RecordLog(files, "t", "u").read()
+    assert result.stored == len(records) == 4
+    assert {r.type for r in records} == {"persona", "episodic", "instruction"}
+    l0 = {m.id: m for m in read_l0(files, "t", "u")}
+    for rec in records:
+        assert rec.source_message_ids and all(s in l0 and l0[s].role == "user" for s in rec.source_message_ids)
+        assert rec.timestamps == [l0[rec.source_message_ids[0]].ts]
+    assert store.count("t", "u") == 4 and result.llm_calls == 0
+
+
+def test_re_running_the_same_turns_adds_no_atom(files, store) -> None:
+    write_turns(files, FACTS)
+    p = pipeline(files, store)
+    asyncio.run(p.run("t", "u"))
+    before = (store.count("t", "u"), len(RecordLog(files, "t", "u").read(live_only=False)))
+    # a lost cursor (crash after the index write) replays the window: nothing is added twice
+    files.write_atomic("t/users/u/state/l1_cursor.json", b"{}")
+    again = asyncio.run(p.run("t", "u"))
+    assert again.stored == 0 and again.skipped == 4
+    assert (store.count("t", "u"), len(RecordLog(files, "t", "u").read(live_only=False))) == before
+
+
+def test_the_whole_backlog_is_processed_in_windows(files, store) -> None:
+    texts = [f"I visited museum number {i} in Vienna with my uncle Karl." if i % 2 == 0 else "ok" for i in range(50)]
+    write_turns(files, texts)
+    result = asyncio.run(pipeline(files, store).run("t", "u"))
+    assert result.windows == 5 and result.messages == 50
+    assert result.drafts == 25  # every user message was read (near-identical ones are then deduplicated)
+    assert result.stored + result.skipped == 25
+
+
+def test_max_windows_leaves_the_rest_pending(files, store) -> None:
+    write_turns(files, FACTS * 3)
+    p = pipeline(files, store, settings=L1Settings(new_size=4, max_windows=2))
+    assert asyncio.run(p.run("t", "u")).windows == 2
+    assert len(p.pending("t", "u")) == 4
+
+
+def memories(ids: list[str], n: int) -> list[MemoryOut]:
+    return [MemoryOut(content=f"w{i}a w{i}b w{i}c w{i}d", type="persona", priority=70 - i,
+                      source_message_ids=ids) for i in range(n)]
+
+
+def scripted_memories(ids: list[str], n: int = 1) -> ExtractionOut:
+    return ExtractionOut(scenes=[SceneOut(scene_name="Talking about hobbies", memories=memories(ids, n))])
+
+
+def test_model_source_ids_outside_the_window_are_dropped_and_at_most_20_kept(files, store) -> None:
+    write_turns(files, FACTS[:2])
+    mems = memories(["m0", "ghost"], 22)
+    out = ExtractionOut(scenes=[
+        SceneOut(scene_name="s1", memories=[
+            MemoryOut(content="invented", type="persona", priority=90, source_message_ids=["nope"]), *mems[:10]]),
+        SceneOut(scene_name="s2", memories=mems[10:])])
+    llm = ScriptedLLM([out])
+    p = pipeline(files, store, extractor=LLMExtractor(llm), judge=LLMDedupJudge(ScriptedLLM()))
+    result = asyncio.run(p.run("t", "u"))
+    records = RecordLog(files, "t", "u").read()
+    assert result.llm_calls == 1 and len(records) == 20
+    assert all(r.source_message_ids == ["m0"] for r in records) and "invented" not in {r.content for r in records}
+    assert {r.priority for r in records} == set(range(70, 50, -1))  # the lowest priorities were cut
+    assert llm.calls[0].stage == "l1-extraction" and "[m0] [user]" in llm.calls[0].messages[1].content
+
+
+def test_a_failing_model_keeps_the_cursor_and_the_next_run_catches_up(files, store) -> None:
+    write_turns(files, FACTS[:4])
+    llm = ScriptedLLM([ServiceUnavailable("down")])
+    p = pipeline(files, store, extractor=LLMExtractor(llm), judge=HeuristicJudge())
+    with pytest.raises(ServiceUnavailable):
+        asyncio.run(p.run("t", "u"))
+    assert load_cursor(files, "t", "u").done == {} and store.count("t", "u") == 0
+    write_turns(files, FACTS[4:6], start=4)  # more turns arrive meanwhile
+    llm.push(scripted_memories(["m0", "m4"]))
+    result = asyncio.run(p.run("t", "u"))
+    assert result.stored == 1 and result.messages == 6
+    assert load_cursor(files, "t", "u").done == {T0.date().isoformat(): 6}
+    assert RecordLog(files, "t", "u").read()[0].source_message_ids == ["m0", "m4"]
+
+
+def test_users_are_separate(files, store) -> None:
+    write_turns(files, FACTS, user="a")
+    write_turns(files, FACTS[:2], user="b")
+    p = pipeline(files, store)
+    asyncio.run(p.run("t", "a"))
+    assert store.count("t", "b") == 0 and RecordLog(files, "t", "b").read() == []
+    asyncio.run(p.run("t", "b"))
+    assert store.count("t", "b") == 1
