@@ -52,18 +52,26 @@ def test_budget_keeps_whole_lines_and_cuts_one_only_if_40_chars_remain() -> None
 
 
 def test_recall_returns_prepend_and_system_context_with_persona_and_navigation(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from mnemoflow.memory.persona import PersonaStore
+    from mnemoflow.memory.scenes_model import SceneBlock, render_scene
+
     files = LocalFileStore(tmp_path)
-    persona = "Ana is a chemist.\n\n---\n## 🗺️ Scene Navigation (Scene Index)\n- old nav"
-    files.write_atomic("t/users/u/persona.md", persona.encode())
-    files.write_atomic("t/users/u/scenes/lab.md", b"META\nsummary: Lab work\nheat: 3\n\nbody")
-    files.write_atomic("t/users/u/scenes/gone.md", b"[DELETED]\nsummary: x")
+    when = datetime(2026, 4, 2, tzinfo=UTC)
+    lab = SceneBlock("lab.md", "Lab work", "Ana runs assays.", heat=3, created=when, updated=when, atom_ids=("a1",))
+    gone = SceneBlock("gone.md", "Old", "x", heat=1, created=when, updated=when).tombstone(when)
+    for block in (lab, gone):
+        files.write_atomic(f"t/users/u/scenes/{block.filename}", render_scene(block).encode())
+    PersonaStore(files, "t", "u").write("Ana is a chemist.", {"lab.md": lab})
     rec = make(tmp_path, [row(1, "u", "Ana drinks oat milk"), row(2, "u", "Ana runs marathons", "episodic")])
     out = rec.recall_sync("t", "u", "what milk does Ana drink")
     assert out.prepend_context.startswith("<relevant-memories>\n") and "- [persona] Ana drinks oat milk" in \
         out.prepend_context
     assert out.hits[0].id == "a1" and out.hits[0].source_message_ids == ["m1"]
     assert "<user-persona>\nAna is a chemist.\n</user-persona>" in out.system_context
-    assert "old nav" not in out.system_context and "scenes/lab.md: Lab work" in out.system_context
+    assert out.system_context.count("Scene Navigation") == 1  # the persona's own copy is not repeated
+    assert "t/users/u/scenes/lab.md" in out.system_context and "Lab work" in out.system_context
     assert "gone.md" not in out.system_context and "memory_search" in out.system_context
 
 
