@@ -25,6 +25,7 @@ from mnemoflow.ids import check_id
 
 TOPIC_TURNS = "mnemoflow.turns"
 TOPIC_TOOL_RESULTS = "mnemoflow.tool-results"
+TOPIC_JOBS = "mnemoflow.jobs"
 TOPIC_DEAD_LETTERS = "mnemoflow.dead-letters"
 
 
@@ -59,6 +60,8 @@ class Settings(BaseSettings):
     worker_batch_size: int = Field(1000, ge=1)
     worker_batch_seconds: float = Field(0.05, gt=0)
     worker_max_attempts: int = Field(5, ge=1, description="Tries of a batch before its events go to dead letters.")
+    l1_enabled: bool = Field(True, description="Schedule L1 extraction from the turn stream.")
+    l1_tick_seconds: float = Field(5.0, gt=0, description="How often a worker fires due idle/retry triggers.")
     worker_session_timeout: float = Field(
         30.0, ge=6, description="Seconds before Kafka gives a dead worker's partitions to another (also a restart)."
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from mnemoflow.config import TOPIC_DEAD_LETTERS, TOPIC_TOOL_RESULTS, TOPIC_TURNS, Settings
+from mnemoflow.config import TOPIC_DEAD_LETTERS, TOPIC_JOBS, TOPIC_TOOL_RESULTS, TOPIC_TURNS, Settings
 from mnemoflow.errors import ServiceUnavailable
 
 log = logging.getLogger(__name__)
@@ -15,6 +15,7 @@ def topic_partitions(settings: Settings) -> dict[str, int]:
     return {
         TOPIC_TURNS: settings.turns_partitions,
         TOPIC_TOOL_RESULTS: settings.shard_partitions,
+        TOPIC_JOBS: settings.turns_partitions,  # co-partitioned with turns: one worker owns a user's triggers
         TOPIC_DEAD_LETTERS: 1,
     }
 

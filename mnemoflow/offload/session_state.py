@@ -2,7 +2,10 @@
 
 The state follows the session's offload log by ``seq``: :func:`advance` applies entries it has not seen, in
 order, and refuses a gap (the caller then reads the missing entries from the log). It is the seed that the
-offload issue grows with boundaries, decisions and fingerprints.
+offload issue grows with boundaries, decisions and fingerprints: ``boundaries`` (L1.5, by entry seq),
+``active_canvas`` and ``canvas_counter`` (canvas files), ``canvas_seq`` (last entry folded into a canvas),
+``canvas_fingerprints`` (skip unchanged rewrites), ``last_user_fingerprint`` (judge each user turn once) and
+``reclaim`` (compaction decisions re-applied every turn). All have defaults, so older state files still load.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 from mnemoflow.errors import MnemoflowError
 from mnemoflow.ids import SafeId
+from mnemoflow.offload.decisions import Boundary, ReclaimDecisions
 from mnemoflow.offload.entries import OffloadEntry
 from mnemoflow.ports import FileStore
 from mnemoflow.storage import Layout
@@ -35,6 +39,13 @@ class SessionState(BaseModel):
     last_seq: int = -1
     last_entry: OffloadEntry | None = None
     updated: AwareDatetime | None = None
+    boundaries: tuple[Boundary, ...] = ()
+    active_canvas: str | None = None
+    canvas_counter: int = 0
+    canvas_seq: int = -1
+    canvas_fingerprints: dict[str, str] = {}
+    last_user_fingerprint: str | None = None
+    reclaim: ReclaimDecisions = ReclaimDecisions()
 
 
 def advance(state: SessionState, entries: Iterable[OffloadEntry]) -> SessionState:

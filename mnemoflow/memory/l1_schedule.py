@@ -1,0 +1,101 @@
+"""Run the L1 trigger state machine for the users of one stream worker, with persistence and wake-ups.
+
+:class:`~mnemoflow.memory.triggers.L1Triggers` is pure; this class loads and saves each user's
+:class:`~mnemoflow.memory.triggers.TriggerState` around every transition (files are the source of truth) and
+keeps an in-memory index of wake-up times so a periodic ``due`` call can fire idle and retry triggers. The
+index is a cache: after a restart a user's wake-up is known again from its next turn, and a user seen again
+after a restart re-derives it from the persisted state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict
+
+from mnemoflow.events import TurnEvent
+from mnemoflow.ids import SafeId
+from mnemoflow.memory.l1_state import load_triggers, save_triggers
+from mnemoflow.memory.triggers import Decision, L1Triggers, TriggerState
+from mnemoflow.ports import FileStore
+
+UserKey = tuple[str, str]
+
+
+class L1Job(BaseModel):
+    """A work order on ``mnemoflow.jobs`` (key ``tenant/user``): run L1 now, or the host ended a session."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["run", "session_end"]
+    tenant: SafeId
+    user: SafeId
+    reason: str = ""
+    requested_at: AwareDatetime
+
+    @property
+    def key(self) -> str:
+        return f"{self.tenant}/{self.user}"
+
+
+class L1Scheduler:
+    def __init__(self, files: FileStore, triggers: L1Triggers | None = None, max_wakeups: int = 100_000) -> None:
+        self._files = files
+        self.triggers = triggers or L1Triggers()
+        self._wake: dict[UserKey, datetime] = {}
+        self._max_wakeups = max_wakeups
+
+    def _settle(self, key: UserKey, state: TriggerState, decision: Decision, now: datetime) -> L1Job | None:
+        save_triggers(self._files, *key, state)
+        self._wake.pop(key, None)
+        if decision.wake_at is not None and len(self._wake) < self._max_wakeups:
+            self._wake[key] = decision.wake_at
+        if decision.run:
+            return L1Job(kind="run", tenant=key[0], user=key[1], reason=decision.reason or "", requested_at=now)
+        return None
+
+    def on_turns(self, events: Iterable[TurnEvent], now: datetime) -> list[L1Job]:
+        """Count each new user message (assistant replies ride along); return the runs that became due."""
+        counts: dict[UserKey, int] = {}
+        for event in events:
+            if event.role == "user":
+                counts[(event.tenant, event.user)] = counts.get((event.tenant, event.user), 0) + 1
+        jobs = []
+        for key, n in counts.items():
+            state, decision = load_triggers(self._files, *key), Decision()
+            for _ in range(n):
+                state, step = self.triggers.on_turn(state, now)
+                decision = step if step.run or not decision.run else decision
+            if (job := self._settle(key, state, decision, now)) is not None:
+                jobs.append(job)
+        return jobs
+
+    def on_session_end(self, tenant: str, user: str, now: datetime) -> L1Job | None:
+        state, decision = self.triggers.on_session_end(load_triggers(self._files, tenant, user), now)
+        return self._settle((tenant, user), state, decision, now)
+
+    def due(self, now: datetime) -> list[L1Job]:
+        """Fire the wake-ups whose time has come (idle extraction, retries after a failure)."""
+        jobs = []
+        for key in [k for k, at in self._wake.items() if at <= now]:
+            state, decision = self.triggers.on_tick(load_triggers(self._files, *key), now)
+            if (job := self._settle(key, state, decision, now)) is not None:
+                jobs.append(job)
+        return jobs
+
+    def on_result(
+        self, tenant: str, user: str, now: datetime, error: str | None = None
+    ) -> tuple[L1Job | None, str | None]:
+        """After a run: a catch-up run due now (if any) and, after too many failures, a dead-letter reason."""
+        state = load_triggers(self._files, tenant, user)
+        if error is None:
+            state, decision = self.triggers.on_success(state, now)
+        else:
+            state, decision = self.triggers.on_failure(state, now, error)
+        return self._settle((tenant, user), state, decision, now), decision.dead_letter
+
+    def forget(self) -> None:
+        """Drop the wake-up index (another worker owns these users now)."""
+        self._wake.clear()

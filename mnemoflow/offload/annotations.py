@@ -1,0 +1,63 @@
+"""Summaries, scores and node ids of offload entries, in an append-only ``annotations.jsonl`` beside the log.
+
+Why a sidecar: ``offload.jsonl`` is appended by the stream worker while the session actor summarises and maps
+entries to canvas nodes. Rewriting the log from a second writer would race the first; appending annotation lines
+(last line per tool_call_id wins) keeps one writer per file and survives a crash mid-write (torn tail dropped).
+:func:`annotated_entries` gives the merged view (entries with summary, score and node_id filled).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mnemoflow.offload.entries import OffloadEntry, read_entries, read_ref
+from mnemoflow.ports import FileStore
+from mnemoflow.storage import Layout
+
+
+class Annotation(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    tool_call_id: str
+    summary: str | None = None
+    score: int | None = Field(None, ge=0, le=10)
+    node_id: str | None = None
+
+
+def annotations_path(tenant: str, session: str) -> str:
+    return f"{Layout.session_dir(tenant, session)}/annotations.jsonl"
+
+
+def append_annotations(files: FileStore, tenant: str, session: str, notes: Iterable[Annotation]) -> None:
+    lines = [n.model_dump_json(exclude_none=True) for n in notes]
+    if lines:
+        files.append_lines(annotations_path(tenant, session), lines)
+
+
+def read_annotations(files: FileStore, tenant: str, session: str) -> dict[str, dict[str, object]]:
+    """tool_call_id -> the merged annotation fields (later lines override earlier ones field by field)."""
+    out: dict[str, dict[str, object]] = {}
+    for line in files.read_lines(annotations_path(tenant, session)):
+        note = Annotation.model_validate_json(line)
+        out.setdefault(note.tool_call_id, {}).update(note.model_dump(exclude_none=True, exclude={"tool_call_id"}))
+    return out
+
+
+def annotated_entries(files: FileStore, tenant: str, session: str, after_seq: int = -1) -> list[OffloadEntry]:
+    """The session's entries with summary, score and node_id from the annotations."""
+    notes = read_annotations(files, tenant, session)
+    return [
+        e.model_copy(update=notes[e.tool_call_id]) if e.tool_call_id in notes else e
+        for e in read_entries(files, tenant, session, after_seq)
+    ]
+
+
+def drill_down(files: FileStore, tenant: str, session: str, node_id: str) -> list[tuple[OffloadEntry, bytes | None]]:
+    """node_id -> its entries -> their raw refs, byte-exact (None for a ref that was never stored)."""
+    return [
+        (e, read_ref(files, tenant, session, e.tool_call_id))
+        for e in annotated_entries(files, tenant, session)
+        if e.node_id == node_id
+    ]

@@ -1,0 +1,116 @@
+"""L1.5 task boundary judge (spec §5.4): on each new user message, continue / new long task / short task.
+
+The decision and its boundary (from which entry seq on tool calls belong to which canvas) go into the session
+state, which the caller saves: nothing lives in memory only, so a shard restart continues where it was (TDAM kept
+boundaries in runtime arrays, §9.10). Each user message is judged once (by fingerprint). The heuristic judge is
+deterministic; the LLM judge validates its reply (a parse failure raises and is retried by the caller; after that
+the caller may use :func:`fail_safe`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from mnemoflow.offload.canvas import Canvas
+from mnemoflow.offload.decisions import Boundary, BoundaryKind
+from mnemoflow.offload.session_state import SessionState
+from mnemoflow.ports.llm import LLM
+from mnemoflow.prompts import offload_boundary
+
+_TASK_RE = re.compile(
+    r"\b(fix|implement|add|refactor|debug|write|create|build|update|change|make|resolve|investigate|migrate|"
+    r"issue|bug|repository|test|error|cancel|book|modify|exchange|return)\b",
+    re.I,
+)
+_CONTINUE_RE = re.compile(
+    r"^\s*(continue|go on|go ahead|yes|ok(ay)?|sure|try again|retry|proceed|next|thanks?)\b", re.I
+)
+_STOP = frozenset("the a an to of in on for and or is are be this that with i you me my please can could".split())
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    decision: BoundaryKind
+    label: str | None = None
+    goal: str | None = None
+    source: str = "heuristic"
+
+
+def make_label(text: str) -> str:
+    """kebab-case label of at most 30 characters from the first significant words."""
+    words = [w.lower() for w in re.findall(r"[A-Za-z0-9]+", text) if w.lower() not in _STOP]
+    label = ""
+    for w in words[:6]:
+        nxt = f"{label}-{w}" if label else w
+        if len(nxt) > 30:
+            break
+        label = nxt
+    return label or "task"
+
+
+def heuristic_judge(user_text: str, active_canvas: str | None) -> Judgement:
+    """Short follow-ups continue; a long or task-like request starts a new long task; the rest is short."""
+    text = user_text.strip()
+    goal = " ".join(text.split())[:200]
+    if active_canvas and (_CONTINUE_RE.match(text) or len(text) < 40):
+        return Judgement("continue")
+    if len(text) > 300 or (_TASK_RE.search(text) and len(text) > 60):
+        return Judgement("new_long", make_label(text), goal)
+    return Judgement("continue") if active_canvas else Judgement("short")
+
+
+async def llm_judge(user_text: str, history: list[str], active_mermaid: str | None, llm: LLM) -> Judgement:
+    reply = await llm.complete(
+        offload_boundary.build(user_text, history, active_mermaid), offload_boundary.BoundaryReply,
+        max_tokens=160, stage="offload_boundary",
+    )
+    decision: BoundaryKind = reply.decision
+    if decision == "continue" and active_mermaid is None:
+        decision = "short"
+    if decision == "new_long":
+        return Judgement("new_long", reply.label or make_label(user_text), reply.goal or user_text[:200], "llm")
+    return Judgement(decision, source="llm")
+
+
+def fail_safe() -> Judgement:
+    """After the LLM judge failed twice: no active canvas, a short segment (TDAM's fail-safe, made explicit)."""
+    return Judgement("short", source="fail_safe")
+
+
+def apply_judgement(
+    state: SessionState, judgement: Judgement, user_fingerprint: str, now: datetime
+) -> tuple[SessionState, Canvas | None]:
+    """The new state and, for a new long task, the empty canvas to save as ``state.active_canvas``.
+
+    The boundary starts at the next entry (``last_seq + 1``); a boundary at the same seq replaces the previous
+    one (several user messages before any tool call).
+    """
+    start = state.last_seq + 1
+    canvas: Canvas | None = None
+    active, counter = state.active_canvas, state.canvas_counter
+    if judgement.decision == "new_long":
+        counter += 1
+        prefix = f"{counter:03d}"
+        active = f"{prefix}-{judgement.label or 'task'}.mmd"
+        canvas = Canvas(task_goal=judgement.goal or judgement.label or "task", created=now, updated=now, prefix=prefix)
+    elif judgement.decision == "short" or active is None:
+        active = None
+    boundary = Boundary(
+        start_seq=start, kind="long" if active else "short", canvas=active, decision=judgement.decision,
+        user_fingerprint=user_fingerprint, source=judgement.source, at=now,  # type: ignore[arg-type]
+    )
+    kept = tuple(b for b in state.boundaries if b.start_seq != start)
+    update = {"boundaries": (*kept, boundary), "active_canvas": active, "canvas_counter": counter,
+              "last_user_fingerprint": user_fingerprint}
+    return state.model_copy(update=update), canvas
+
+
+def canvas_for_seq(state: SessionState, seq: int) -> str | None:
+    """The canvas an entry belongs to: the latest boundary starting at or before ``seq`` (None: short segment)."""
+    owner = None
+    for b in sorted(state.boundaries, key=lambda b: b.start_seq):
+        if b.start_seq <= seq:
+            owner = b.canvas
+    return owner

@@ -1,0 +1,161 @@
+"""The canvas update pipeline (L2): batches of entries -> proposed ops -> apply -> render -> re-parse -> save.
+
+One canvas per long task, ``canvases/NNN-<label>.mmd``. Entries are routed to canvases by the persisted
+boundaries; each batch (<= 30 entries) gets one proposal, from the LLM port (:mod:`mnemoflow.prompts.offload_canvas`)
+or the deterministic heuristic. Code applies the ops (all or nothing), renders, re-parses the text and refuses to
+save a canvas that does not round-trip; a rendering whose fingerprint equals the saved one is not rewritten. The
+node each tool call landed on is appended to the annotations, so drill-down works node -> entries -> refs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from pydantic import ValidationError
+
+from mnemoflow.errors import InvalidInput
+from mnemoflow.offload.annotations import Annotation, append_annotations
+from mnemoflow.offload.boundary import canvas_for_seq
+from mnemoflow.offload.canvas import (
+    AddNode,
+    AssignToolCalls,
+    Canvas,
+    CanvasOp,
+    CanvasOps,
+    SetStatus,
+    UpdateNode,
+    apply_ops,
+    fingerprint,
+    from_mermaid,
+    to_mermaid,
+)
+from mnemoflow.offload.entries import OffloadEntry
+from mnemoflow.offload.session_state import SessionState
+from mnemoflow.ports import FileStore
+from mnemoflow.ports.llm import LLM
+from mnemoflow.prompts import offload_canvas
+from mnemoflow.storage import Layout
+
+_STAGES = (
+    ("Edit", ("edit", "write", "create", "replace", "insert", "patch", "str_replace")),
+    ("Verify", ("test", "pytest", "run", "python", "execute", "bash", "cmd")),
+    ("Explore", ("view", "read", "cat", "ls", "find", "grep", "search", "get", "list", "open")),
+)
+
+
+def canvas_path(tenant: str, session: str, name: str) -> str:
+    return f"{Layout.session_dir(tenant, session)}/canvases/{name}"
+
+
+def load_canvas(files: FileStore, tenant: str, session: str, name: str) -> Canvas | None:
+    raw = files.read_bytes(canvas_path(tenant, session, name))
+    return from_mermaid(raw.decode("utf-8")) if raw is not None else None
+
+
+def save_canvas(
+    files: FileStore, tenant: str, session: str, name: str, canvas: Canvas, state: SessionState
+) -> SessionState:
+    """Render, re-parse (refuse what does not round-trip), skip if unchanged; returns state with the fingerprint."""
+    text = to_mermaid(canvas)
+    if from_mermaid(text) != canvas:
+        raise InvalidInput(f"canvas {name} does not round-trip through its Mermaid rendering")
+    fp = fingerprint(canvas)
+    if state.canvas_fingerprints.get(name) == fp and files.exists(canvas_path(tenant, session, name)):
+        return state
+    files.write_atomic(canvas_path(tenant, session, name), text.encode("utf-8"))
+    return state.model_copy(update={"canvas_fingerprints": {**state.canvas_fingerprints, name: fp}})
+
+
+def stage_of(entry: OffloadEntry) -> str:
+    text = f"{entry.tool_name} {entry.arguments[:200]}".lower()
+    for stage, words in _STAGES:
+        if any(w in text for w in words):
+            return stage
+    return "Act"
+
+
+def heuristic_ops(canvas: Canvas, batch: Sequence[OffloadEntry]) -> list[CanvasOp]:
+    """Consecutive entries of the same stage become one node; the previous step is marked done."""
+    ops: list[CanvasOp] = []
+    last = canvas.nodes[-1] if canvas.nodes else None
+    groups: list[list[OffloadEntry]] = []
+    for e in batch:
+        if groups and stage_of(groups[-1][-1]) == stage_of(e):
+            groups[-1].append(e)
+        else:
+            groups.append([e])
+    next_number = max((int(n.id.rsplit("N", 1)[1]) for n in canvas.nodes), default=0) + 1
+    prev_id = last.id if last else None
+    if last and last.status == "doing" and groups and stage_of(groups[0][0]) == last.stage:
+        first = groups.pop(0)
+        ops.append(AssignToolCalls(id=last.id, tool_call_ids=tuple(e.tool_call_id for e in first)))
+        ops.append(UpdateNode(id=last.id, summary=first[-1].summary[:200] or None, timestamp=first[-1].ts))
+    for group in groups:
+        prev = canvas.node(prev_id) if prev_id else None
+        if prev_id and (prev is None or prev.status == "doing"):
+            ops.append(SetStatus(id=prev_id, status="done", timestamp=group[0].ts))
+        node_id = f"{canvas.prefix}-N{next_number}" if canvas.prefix else f"N{next_number}"
+        next_number += 1
+        tools = ", ".join(dict.fromkeys(e.tool_name for e in group))[:100]
+        failed = any(w in (group[-1].summary or "").lower() for w in ("error", "traceback", "failed"))
+        ops.append(
+            AddNode(
+                id=node_id, stage=stage_of(group[0]), action=f"{tools} x{len(group)}",
+                status="doing", summary=(group[-1].summary or "")[:200] + (" [errors]" if failed else ""),
+                timestamp=group[-1].ts, tool_call_ids=tuple(e.tool_call_id for e in group), after=prev_id,
+            )
+        )
+        prev_id = node_id
+    return ops
+
+
+async def propose_ops(canvas: Canvas, name: str, batch: Sequence[OffloadEntry], llm: LLM | None) -> CanvasOps:
+    if llm is None:
+        return CanvasOps(ops=heuristic_ops(canvas, batch))
+    triples = [(e.tool_call_id, f"{e.tool_name}({e.arguments[:150]})", e.summary) for e in batch]
+    reply = await llm.complete(
+        offload_canvas.build(to_mermaid(canvas), name, triples), offload_canvas.Reply,
+        max_tokens=2000, stage="offload_canvas",
+    )
+    return offload_canvas.to_ops(reply)
+
+
+async def update_canvases(
+    files: FileStore, state: SessionState, entries: Sequence[OffloadEntry], now: datetime,
+    llm: LLM | None = None, batch_size: int = 30,
+) -> SessionState:
+    """Fold entries with ``seq > state.canvas_seq`` into their canvases; returns the state to save.
+
+    A proposal the canvas refuses (unknown node, broken invariant) falls back to the heuristic ops for that batch,
+    so entries are never left unmapped; unassigned tool calls of an LLM batch are attached to its last node.
+    """
+    todo = [e for e in entries if e.seq > state.canvas_seq]
+    by_canvas: dict[str, list[OffloadEntry]] = {}
+    for e in todo:
+        if (name := canvas_for_seq(state, e.seq)) is not None:
+            by_canvas.setdefault(name, []).append(e)
+    for name, items in by_canvas.items():
+        canvas = load_canvas(files, state.tenant, state.session, name)
+        if canvas is None:
+            prefix = name[:3] if name[:3].isdigit() else None
+            canvas = Canvas(task_goal=name[4:-4] or "task", created=items[0].ts, updated=items[0].ts, prefix=prefix)
+        for i in range(0, len(items), batch_size):
+            batch = items[i : i + batch_size]
+            try:
+                new = apply_ops(canvas, await propose_ops(canvas, name, batch, llm), now)
+            except (InvalidInput, ValidationError):
+                new = apply_ops(canvas, heuristic_ops(canvas, batch), now)
+            missing = [e.tool_call_id for e in batch if new.node_for_tool_call(e.tool_call_id) is None]
+            if missing and new.nodes:
+                target = next((n.id for n in reversed(new.nodes) if n.status != "blocked"), None)
+                if target:
+                    new = apply_ops(new, [AssignToolCalls(id=target, tool_call_ids=tuple(missing))], now)
+            canvas = new
+            notes = [Annotation(tool_call_id=e.tool_call_id, node_id=n.id)
+                     for e in batch if (n := canvas.node_for_tool_call(e.tool_call_id)) is not None]
+            append_annotations(files, state.tenant, state.session, notes)
+        state = save_canvas(files, state.tenant, state.session, name, canvas, state)
+    if todo:
+        state = state.model_copy(update={"canvas_seq": todo[-1].seq})
+    return state

@@ -1,0 +1,44 @@
+"""Offload settings as one value object (spec §5.10), parsed at the edge and passed into the core.
+
+Every ratio TDAM hard-coded or left dead (§9.16) is a field here. Defaults match the spec's behaviour.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class OffloadConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mild_ratio: float = Field(0.5, gt=0, le=1, description="Replace old tool results by summaries above this.")
+    aggressive_ratio: float = Field(0.85, gt=0, le=1, description="Drop the oldest messages above this.")
+    aggressive_target_ratio: float = Field(0.6, gt=0, le=1, description="Aggressive drops down to this.")
+    emergency_ratio: float = Field(0.95, gt=0, le=1, description="Emergency above this (or over the window).")
+    emergency_target_ratio: float = Field(0.6, gt=0, le=1, description="Emergency drops down to this.")
+    history_canvas_ratio: float = Field(0.2, ge=0, le=1, description="Budget for history canvases after a drop.")
+    mild_scan_ratio: float = Field(0.7, gt=0, le=1, description="Mild only touches the oldest 70 % of messages.")
+    mild_min_replacements: int = Field(
+        10, ge=1, description="Score cascade 7→0 stops after this many (and below mild)."
+    )
+    injector_tail: int = Field(30, ge=1, description="The active canvas goes at most this many messages from the end.")
+    fold_finished_tasks: bool = Field(
+        True, description="When L1.5 starts a new long task, drop the finished task's messages (its canvas stays)."
+    )
+    inject_active: Literal["always", "after_reclaim"] = Field(
+        "after_reclaim", description="Inject the active canvas always (spec) or once messages left the prompt."
+    )
+    summary_min_tokens: int = Field(200, ge=0, description="Tool results below this need no summary (kept raw).")
+    summary_max_chars: int = Field(400, ge=80, le=2000, description="Bound on any summary.")
+    summary_batch: int = Field(5, ge=1, le=20, description="Tool results per summarisation LLM call.")
+    canvas_batch: int = Field(30, ge=1, le=30, description="Entries per canvas update (one LLM call).")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> OffloadConfig:
+        if not self.mild_ratio <= self.aggressive_ratio <= self.emergency_ratio:
+            raise ValueError("need mild_ratio <= aggressive_ratio <= emergency_ratio")
+        if self.emergency_target_ratio >= self.emergency_ratio or self.aggressive_target_ratio >= self.aggressive_ratio:
+            raise ValueError("drop targets must be below their trigger ratios")
+        return self

@@ -1,0 +1,203 @@
+"""The reclaim ladder (spec §5.7) as one pure function: messages + window + session context -> compacted messages.
+
+Order of work on every call, so the prompt prefix stays stable turn after turn:
+
+1. **Re-apply** the persisted :class:`~mnemoflow.offload.decisions.ReclaimDecisions`: the head cut (found again by
+   the fingerprint of the first kept message), dropped tool units, and summary stubs (their exact stored text).
+2. **Aggressive** at ``0.85·window``: drop the oldest units (a message, or a call with its results) down to
+   ``0.6·window``, stopping at the last user message; record the cut; inject history canvases of the dropped
+   tool calls within ``0.2·window``.
+3. **Mild** at ``0.5·window``: in the oldest 70 % of messages, replace tool results that have an offload entry by a
+   three-line stub (summary, node, ref), highest replaceability score first (cascade 7 → 0); stop after
+   ``mild_min_replacements`` once below the mild line. A stub longer than its original is not used.
+4. **Emergency** at ``0.95·window`` or over the window: drop head units down to ``0.6·window``; if the last user
+   message blocks that, stub every remaining tool result, then drop units after the last user message, then the
+   canvases. System messages and the last user message are never dropped (the caller checked that they fit).
+
+No rule drops half of a unit, so no tool call or result is orphaned. Tool outputs that leave the prompt are listed
+with where they live (their ref), so nothing is lost: the raw bytes stay in ``refs/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from mnemoflow.offload.config import OffloadConfig
+from mnemoflow.offload.decisions import ReclaimDecisions
+from mnemoflow.offload.messages import Message, Unit, fingerprint, last_user, system_prefix, units
+from mnemoflow.tokens import message_tokens
+
+Level = Literal["none", "mild", "aggressive", "emergency"]
+_LEVELS: tuple[Level, ...] = ("none", "mild", "aggressive", "emergency")
+
+
+@dataclass(frozen=True, slots=True)
+class EntryInfo:
+    """What compaction needs to know about one offloaded tool call."""
+
+    tool_call_id: str
+    summary: str
+    score: int | None
+    ref: str
+    node_id: str | None = None
+
+
+@dataclass(slots=True)
+class Work:
+    """The mutable working copy the ladder edits (internal to one compaction)."""
+
+    messages: list[Message]
+    decisions: ReclaimDecisions
+    extra_tokens: int = 0
+    level: Level = "none"
+    deleted: list[str] = field(default_factory=list)
+
+    def tokens(self) -> int:
+        return sum(message_tokens(m) for m in self.messages) + self.extra_tokens
+
+    def raise_level(self, level: Level) -> None:
+        if _LEVELS.index(level) > _LEVELS.index(self.level):
+            self.level = level
+
+
+def stub_text(entry: EntryInfo) -> str:
+    """The three-line stand-in for a tool result (spec §5.7), fixed once chosen so the prefix stays stable."""
+    summary = entry.summary.strip() or "(no summary yet)"
+    return (
+        f"[Offloaded tool result {entry.tool_call_id} | node: {entry.node_id or 'n/a'}]\n"
+        f"Summary: {summary}\n"
+        f"result_ref: {entry.ref} (raw output, byte-exact; drill down by tool_call_id or node_id)"
+    )
+
+
+def reapply(work: Work) -> None:
+    """Step 1: the head cut, dropped units and stubs of earlier turns."""
+    d = work.decisions
+    msgs = work.messages
+    floor = system_prefix(msgs)
+    if d.cut is not None:
+        user = last_user(msgs)
+        for i in range(floor, len(msgs)):
+            if fingerprint(msgs[i]) == d.cut:
+                cut_at = i if user is None else min(i, user)
+                drop_range(work, floor, _unit_floor(msgs, cut_at))
+                break
+    deleted = set(d.deleted)
+    if deleted:
+        keep: list[Message] = []
+        for unit in units(work.messages):
+            if unit.tool_call_ids and set(unit.tool_call_ids) <= deleted:
+                continue
+            keep.extend(work.messages[unit.start : unit.end])
+        work.messages = keep
+    if d.replaced:
+        work.messages = [
+            {**m, "content": d.replaced[m["tool_call_id"]]}
+            if m.get("role") == "tool" and m.get("tool_call_id") in d.replaced
+            else m
+            for m in work.messages
+        ]
+
+
+def _unit_floor(msgs: list[Message], index: int) -> int:
+    """The start of the unit that contains ``index`` (so a cut never lands inside a unit)."""
+    for unit in units(msgs):
+        if unit.start <= index < unit.end:
+            return unit.start
+    return index
+
+
+def drop_range(work: Work, start: int, end: int) -> None:
+    """Remove whole messages ``[start, end)`` (unit-aligned by the caller) and note their tool call ids."""
+    for m in work.messages[start:end]:
+        if m.get("role") == "tool":
+            work.deleted.append(str(m.get("tool_call_id")))
+    work.messages = work.messages[:start] + work.messages[end:]
+
+
+def fold(work: Work, task_start: str) -> bool:
+    """Drop everything between the system prefix and the user message that started the current task.
+
+    Why: in a session of consecutive tasks, a finished task's tool loop is dead weight; its canvas (injected as a
+    history canvas) and its refs keep it reachable. The cut point is the task's first user message, the same
+    every turn, so the prompt prefix stays stable for the whole task.
+    """
+    msgs = work.messages
+    floor = system_prefix(msgs)
+    for i in range(floor, len(msgs)):
+        if msgs[i].get("role") == "user" and fingerprint(msgs[i]) == task_start:
+            start = _unit_floor(msgs, i)
+            if start > floor:
+                drop_range(work, floor, start)
+                return True
+            return False
+    return False
+
+
+def drop_head(work: Work, target: int) -> bool:
+    """Drop oldest units after the system prefix, before the last user message, until ``tokens <= target``."""
+    msgs = work.messages
+    floor, user = system_prefix(msgs), last_user(msgs)
+    stop = len(msgs) if user is None else user
+    total = work.tokens()
+    end = floor
+    for unit in units(msgs):
+        if total <= target:
+            break
+        if unit.start < floor or unit.end > stop:
+            continue
+        total -= sum(message_tokens(m) for m in msgs[unit.start : unit.end])
+        end = unit.end
+    if end == floor:
+        return False
+    drop_range(work, floor, end)
+    return True
+
+
+def mild(work: Work, window: int, entries: Mapping[str, EntryInfo], cfg: OffloadConfig, *, scan_all: bool) -> int:
+    """Replace old tool results by stubs, best-replaceable first; returns how many were replaced."""
+    msgs = work.messages
+    limit = len(msgs) if scan_all else int(len(msgs) * cfg.mild_scan_ratio)
+    candidates = []
+    for i, m in enumerate(msgs[:limit]):
+        tid = m.get("tool_call_id")
+        if m.get("role") == "tool" and tid in entries and tid not in work.decisions.replaced:
+            score = entries[tid].score
+            candidates.append((5 if score is None else score, i, entries[tid]))
+    candidates.sort(key=lambda c: (-c[0], c[1]))
+    line = int(cfg.mild_ratio * window)
+    replaced: dict[str, str] = {}
+    total = work.tokens()
+    for _score, i, entry in candidates:
+        if len(replaced) >= cfg.mild_min_replacements and total < line and not scan_all:
+            break
+        if scan_all and total <= line:
+            break
+        stub = stub_text(entry)
+        old = msgs[i]
+        new = {**old, "content": stub}
+        saved = message_tokens(old) - message_tokens(new)
+        if saved <= 0:
+            continue
+        msgs[i] = new
+        total -= saved
+        replaced[entry.tool_call_id] = stub
+    if replaced:
+        work.decisions = work.decisions.model_copy(update={"replaced": {**work.decisions.replaced, **replaced}})
+    return len(replaced)
+
+
+def drop_tail_units(work: Work, budget: int) -> None:
+    """Last resort: drop units other than system messages and the last user message, oldest first."""
+    while work.tokens() > budget:
+        msgs = work.messages
+        floor, user = system_prefix(msgs), last_user(msgs)
+        victim: Unit | None = next(
+            (u for u in units(msgs) if u.start >= floor and not (user is not None and u.start <= user < u.end)),
+            None,
+        )
+        if victim is None:
+            return
+        drop_range(work, victim.start, victim.end)

@@ -1,0 +1,140 @@
+"""One compaction turn for one session with its I/O: the function the API (or a session actor) calls.
+
+Order: validate (nothing is written for a malformed array) -> store tool results not yet offloaded (refs +
+entries, idempotent by tool_call_id) -> summarise new entries -> judge the latest user message once (L1.5) ->
+fold new entries into canvases (L2) -> :func:`~mnemoflow.offload.compact.compact` -> persist the decisions in
+``state.json``. Every step reads its inputs from files and writes its outputs back, so a restarted shard
+continues from the files alone.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from mnemoflow.errors import MnemoflowError
+from mnemoflow.events import ToolResultEvent
+from mnemoflow.offload.annotations import Annotation, annotated_entries, append_annotations
+from mnemoflow.offload.boundary import apply_judgement, fail_safe, heuristic_judge, llm_judge
+from mnemoflow.offload.canvas_update import canvas_path, load_canvas, save_canvas, update_canvases
+from mnemoflow.offload.compact import CompactContext, CompactResult, check_window, compact
+from mnemoflow.offload.config import OffloadConfig
+from mnemoflow.offload.entries import OffloadEntry, OffloadWriter, read_ref
+from mnemoflow.offload.injector import CanvasText
+from mnemoflow.offload.messages import Message, call_ids, fingerprint, last_user, validate
+from mnemoflow.offload.reclaim import EntryInfo
+from mnemoflow.offload.session_state import SessionState, advance, load_state, save_state
+from mnemoflow.offload.summarize import heuristic_summary, llm_summaries
+from mnemoflow.ports import FileStore
+from mnemoflow.ports.clock import Clock
+from mnemoflow.ports.llm import LLM
+from mnemoflow.prompts.offload_summary import ToolPair
+from mnemoflow.storage import Layout
+
+
+def _events(tenant: str, session: str, msgs: list[Message], now: datetime) -> list[ToolResultEvent]:
+    calls: dict[str, tuple[str, str]] = {}
+    out = []
+    for m in msgs:
+        for c in m.get("tool_calls") or ():
+            f = c.get("function") or {}
+            calls[str(c.get("id"))] = (str(f.get("name", "")), str(f.get("arguments", "")))
+        if m.get("role") == "tool":
+            name, args = calls.get(m["tool_call_id"], ("", ""))
+            content = m.get("content")
+            text = content if isinstance(content, str) else "" if content is None else str(content)
+            out.append(ToolResultEvent(tenant=tenant, session=session, tool_call_id=m["tool_call_id"],
+                                       tool_name=name, arguments=args, content=text, ts=now))
+    return out
+
+
+async def _summarise(files: FileStore, state: SessionState, entries: list[OffloadEntry], llm: LLM | None,
+                     cfg: OffloadConfig, intent: str) -> None:
+    todo = [e for e in entries if e.score is None]
+    if not todo:
+        return
+    pairs = [ToolPair(e.tool_call_id, e.tool_name, e.arguments,
+                      (read_ref(files, state.tenant, state.session, e.tool_call_id) or b"").decode("utf-8", "replace"))
+             for e in todo]
+    sums = await llm_summaries(pairs, llm, cfg, intent) if llm else [heuristic_summary(p, cfg) for p in pairs]
+    append_annotations(files, state.tenant, state.session,
+                       [Annotation(tool_call_id=s.tool_call_id, summary=s.summary, score=s.score) for s in sums])
+
+
+async def _judge(files: FileStore, state: SessionState, msgs: list[Message], llm: LLM | None,
+                 now: datetime) -> SessionState:
+    u = last_user(msgs)
+    if u is None:
+        return state
+    fp = fingerprint(msgs[u])
+    if fp == state.last_user_fingerprint:
+        return state
+    text = str(msgs[u].get("content") or "")
+    if llm is None:
+        judgement = heuristic_judge(text, state.active_canvas)
+    else:
+        active = load_canvas(files, state.tenant, state.session, state.active_canvas) if state.active_canvas else None
+        history = [str(m.get("content") or "") for m in msgs[:u] if m.get("role") in ("user", "assistant")]
+        try:
+            judgement = await llm_judge(text, history, None if active is None else active.task_goal, llm)
+        except MnemoflowError:
+            judgement = fail_safe()
+    state, canvas = apply_judgement(state, judgement, fp, now)
+    if canvas is not None and state.active_canvas:
+        state = save_canvas(files, state.tenant, state.session, state.active_canvas, canvas, state)
+    return state
+
+
+def _context(files: FileStore, state: SessionState, cfg: OffloadConfig) -> CompactContext:
+    t, s = state.tenant, state.session
+    entries = {e.tool_call_id: EntryInfo(e.tool_call_id, e.summary, e.score, e.ref, e.node_id)
+               for e in annotated_entries(files, t, s)}
+    history: dict[str, CanvasText] = {}
+    active = None
+    for name in files.list_dir(f"{Layout.session_dir(t, s)}/canvases"):
+        raw = files.read_bytes(canvas_path(t, s, name))
+        if raw is None:
+            continue
+        canvas = load_canvas(files, t, s, name)
+        text = CanvasText(name, raw.decode("utf-8"), canvas.task_goal if canvas else "")
+        if name == state.active_canvas:
+            active = text
+        else:
+            history[name[:3]] = text
+    longs = [b for b in state.boundaries if b.decision == "new_long"]
+    task_start = longs[-1].user_fingerprint if longs and state.active_canvas == longs[-1].canvas else None
+    return CompactContext(state.reclaim, entries, active, history, task_start, cfg)
+
+
+async def compact_session(
+    files: FileStore, tenant: str, session: str, messages: list[Message], window: int, *, clock: Clock,
+    writer: OffloadWriter | None = None, llm: LLM | None = None, config: OffloadConfig | None = None,
+) -> CompactResult:
+    """Run one compaction turn for ``tenant/session`` and persist what it decided (see the module docstring).
+
+    ``writer`` stores tool results of ``messages`` that are not offloaded yet (pass None when the stream worker
+    already did); ``llm`` None runs the heuristic engine for summaries, boundaries and canvases.
+    """
+    cfg = config or OffloadConfig()
+    msgs = validate(messages)
+    check_window(msgs, window)
+    now = clock.now()
+    state = load_state(files, tenant, session)
+    u = last_user(msgs)
+    split = len(msgs) if u is None else u
+    answered_before = {t for m in msgs[:split] for t in call_ids(m)}
+    events = _events(tenant, session, msgs, now)
+    if writer is not None:
+        writer.write([e for e in events if e.tool_call_id in answered_before])
+    state = advance(state, annotated_entries(files, tenant, session, state.last_seq))
+    state = await _judge(files, state, msgs, llm, now)
+    if writer is not None:
+        writer.write([e for e in events if e.tool_call_id not in answered_before])
+    entries = annotated_entries(files, tenant, session)
+    state = advance(state, [e for e in entries if e.seq > state.last_seq])
+    intent = str(msgs[u].get("content") or "") if u is not None else ""
+    await _summarise(files, state, entries, llm, cfg, intent)
+    entries = annotated_entries(files, tenant, session)
+    state = await update_canvases(files, state, entries, now, llm, cfg.canvas_batch)
+    result = compact(msgs, window, _context(files, state, cfg))
+    save_state(files, state.model_copy(update={"reclaim": result.decisions}))
+    return result

@@ -1,0 +1,94 @@
+"""Prompt for canvas updates (spec §5.5): the model proposes typed canvas operations, never Mermaid text.
+
+Pure: ``context -> list[ChatMessage]``; the reply model is :class:`mnemoflow.offload.canvas.CanvasOps` (at most 30
+operations), applied and validated by code.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mnemoflow.offload.canvas import MAX_OPS, STATUSES, CanvasOps
+from mnemoflow.ports.llm import ChatMessage
+
+VERSION = "offload_canvas/1"
+_IDS = Field(default_factory=list, max_length=30)
+StatusName = Literal[STATUSES]  # type: ignore[valid-type]
+_C = ConfigDict(extra="forbid")
+
+
+class _AddNode(BaseModel):
+    model_config = _C
+    op: Literal["add_node"]
+    id: str | None = Field(None, max_length=16)
+    stage: str = Field(max_length=40)
+    action: str = Field(max_length=120)
+    status: StatusName = "doing"
+    summary: str = Field("", max_length=200)
+    tool_call_ids: list[str] = _IDS
+    after: str | None = Field(None, max_length=16)
+
+
+class _UpdateNode(BaseModel):
+    model_config = _C
+    op: Literal["update_node"]
+    id: str = Field(max_length=16)
+    stage: str | None = Field(None, max_length=40)
+    action: str | None = Field(None, max_length=120)
+    summary: str | None = Field(None, max_length=200)
+
+
+class _AddEdge(BaseModel):
+    model_config = _C
+    op: Literal["add_edge"]
+    src: str = Field(max_length=16)
+    dst: str = Field(max_length=16)
+    label: str | None = Field(None, max_length=60)
+
+
+class _SetStatus(BaseModel):
+    model_config = _C
+    op: Literal["set_status"]
+    id: str = Field(max_length=16)
+    status: StatusName
+
+
+class _Assign(BaseModel):
+    model_config = _C
+    op: Literal["assign_tool_calls"]
+    id: str = Field(max_length=16)
+    tool_call_ids: list[str] = Field(min_length=1, max_length=30)
+
+
+class Reply(BaseModel):
+    """What the model returns: the canvas operations with every list bounded (the LLM port refuses unbounded
+    lists), converted by :func:`to_ops` into :class:`~mnemoflow.offload.canvas.CanvasOps` for ``apply_ops``."""
+
+    model_config = _C
+    ops: list[
+        Annotated[_AddNode | _UpdateNode | _AddEdge | _SetStatus | _Assign, Field(discriminator="op")]
+    ] = Field(default_factory=list, max_length=MAX_OPS)
+
+
+def to_ops(reply: Reply) -> CanvasOps:
+    """The validated canvas operations (raises pydantic ValidationError on a bad id or value)."""
+    return CanvasOps.model_validate(reply.model_dump(exclude_none=True))
+
+SYSTEM = (
+    "You maintain the task graph of a coding agent's long task. Given the current graph and new tool calls "
+    "(id, tool, summary), reply with operations: add_node (stage, action, status done|doing|paused|blocked, "
+    "summary <=150 chars of the conclusion, tool_call_ids, after=previous node), update_node, set_status, add_edge, "
+    "assign_tool_calls. Merge consecutive calls with the same intent into one node; mark dead ends 'blocked' "
+    "(they stay as tombstones); record only what happened. Every new tool_call_id must be assigned to exactly one "
+    "node. Reply with JSON only."
+)
+
+
+def build(canvas_mermaid: str, label: str, entries: list[tuple[str, str, str]]) -> list[ChatMessage]:
+    """``entries`` are ``(tool_call_id, tool_name + arguments, summary)`` triples of one batch (<= 30)."""
+    lines = "\n".join(f"{i}. [{tid}] {call[:200]} -> {text[:300]}" for i, (tid, call, text) in enumerate(entries, 1))
+    graph = canvas_mermaid or "(empty: create it)"
+    user = f"Task label: {label}\n\nCurrent graph:\n{graph}\n\nNew tool calls:\n{lines}"
+    return [ChatMessage(role="system", content=SYSTEM), ChatMessage(role="user", content=user)]

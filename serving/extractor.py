@@ -1,0 +1,81 @@
+"""The ``extractor`` Serve deployment: L1 passes for many users, batched, with dedup against the atom index.
+
+``@serve.batch`` gathers concurrent run requests (one per user, from the stream workers' job agents) and runs
+their pipelines concurrently, so model calls from different users overlap at the engine (vLLM batches them
+continuously). A user is never run twice at once: requests for the same user share one run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import asdict
+from typing import Any
+
+from ray import serve
+
+from mnemoflow.config import Settings
+from mnemoflow.embedding.factory import build_embedder
+from mnemoflow.memory.engines import l1_engines
+from mnemoflow.memory.l1_pipeline import L1Pipeline
+from mnemoflow.ports import SystemClock
+from mnemoflow.storage import LocalFileStore
+from mnemoflow.stores.factory import open_store
+
+LLM_APP = "llm"
+
+
+class ExtractorServer:
+    def __init__(self, settings: Settings, max_batch_size: int = 16) -> None:
+        self.run.set_max_batch_size(max_batch_size)  # 1 turns batching off (the benchmark compares both)
+        embedder = build_embedder(settings)
+        llm = None
+        if settings.llm_engine != "heuristic":
+            from serving.llm import ServeLLM
+
+            llm = ServeLLM(serve.get_app_handle(LLM_APP))
+        extractor, judge = l1_engines(llm)
+        self.store = open_store(settings, dim=embedder.dim, embedding_model=embedder.model_id)
+        self._pipeline = L1Pipeline(
+            files=LocalFileStore(settings.data_dir), store=self.store, embedder=embedder,
+            extractor=extractor, judge=judge, clock=SystemClock(),
+        )  # fmt: skip
+        self._running: dict[tuple[str, str], asyncio.Task[Any]] = {}
+        self._batch_sizes: deque[int] = deque(maxlen=1000)
+
+    async def _run_user(self, tenant: str, user: str) -> dict[str, Any]:
+        key = (tenant, user)
+        task = self._running.get(key)
+        if task is None:
+            task = asyncio.ensure_future(self._pipeline.run(tenant, user))
+            self._running[key] = task
+            task.add_done_callback(lambda _: self._running.pop(key, None))
+        try:
+            return {"ok": True, **asdict(await asyncio.shield(task))}
+        except Exception as exc:  # reported to the job agent, which retries with backoff or parks it
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)
+    async def run(self, requests: list[tuple[str, str]]) -> list[dict[str, Any]]:
+        self._batch_sizes.append(len(requests))
+        return list(await asyncio.gather(*(self._run_user(t, u) for t, u in requests)))
+
+    def batch_sizes(self) -> list[int]:
+        return list(self._batch_sizes)
+
+
+def build_extractor_app(settings: Settings, replicas: int = 1, max_batch_size: int = 16) -> Any:
+    deployment = serve.deployment(
+        name="extractor", num_replicas=replicas, max_ongoing_requests=64, ray_actor_options={"num_cpus": 0}
+    )
+    return deployment(ExtractorServer).bind(settings, max_batch_size)
+
+
+class ExtractorClient:
+    """Calls the ``extractor`` application from any process connected to the Ray cluster."""
+
+    def __init__(self, app_name: str = "extractor") -> None:
+        self._handle = serve.get_app_handle(app_name)
+
+    async def run(self, tenant: str, user: str) -> dict[str, Any]:
+        return await self._handle.run.remote((tenant, user))

@@ -1,0 +1,49 @@
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from mnemoflow.events import TurnEvent
+from mnemoflow.memory.l1_schedule import L1Scheduler
+from mnemoflow.memory.l1_state import load_triggers
+from mnemoflow.memory.triggers import L1Triggers, TriggerConfig
+from mnemoflow.storage import LocalFileStore
+
+NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+
+
+def turn(i: int, user: str = "u", role: str = "user") -> TurnEvent:
+    return TurnEvent(tenant="t", message_id=f"m{i}", user=user, session="s", role=role, content="x", ts=NOW)
+
+
+def test_warm_up_runs_after_the_first_user_turn_and_state_is_persisted(tmp_path: Path) -> None:
+    sched = L1Scheduler(LocalFileStore(tmp_path))
+    [job] = sched.on_turns([turn(0), turn(1, role="assistant")], NOW)
+    assert (job.kind, job.user, job.reason) == ("run", "u", "threshold")
+    assert load_triggers(LocalFileStore(tmp_path), "t", "u").running  # a restarted worker sees it too
+    assert sched.on_turns([turn(2)], NOW) == []  # one run in flight per user
+
+
+def test_success_then_threshold_then_idle_wake_up(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    sched = L1Scheduler(files, L1Triggers(TriggerConfig(every_n=5, warmup=False, idle_s=60)))
+    assert sched.on_turns([turn(i) for i in range(4)], NOW) == []
+    assert sched.due(NOW + timedelta(seconds=59)) == []
+    [idle] = sched.due(NOW + timedelta(seconds=61))
+    assert idle.reason == "idle"
+    job, dead = sched.on_result("t", "u", NOW + timedelta(seconds=62))
+    assert job is None and dead is None and load_triggers(files, "t", "u").pending == 0
+    [threshold] = sched.on_turns([turn(10 + i) for i in range(5)], NOW)
+    assert threshold.reason == "threshold"
+
+
+def test_session_end_runs_pending_turns_and_failures_end_in_a_dead_letter(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    sched = L1Scheduler(files, L1Triggers(TriggerConfig(warmup=False, max_retries=1, retry_base_s=10)))
+    sched.on_turns([turn(0)], NOW)
+    job = sched.on_session_end("t", "u", NOW)
+    assert job is not None and job.reason == "session_end"
+    retry, dead = sched.on_result("t", "u", NOW, error="model down")
+    assert retry is None and dead is None
+    [again] = sched.due(NOW + timedelta(seconds=11))
+    assert again.reason == "retry"
+    _, dead = sched.on_result("t", "u", NOW + timedelta(seconds=12), error="model down")
+    assert dead == "model down" and load_triggers(files, "t", "u").pending == 1  # parked, not dropped

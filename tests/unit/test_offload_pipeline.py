@@ -1,0 +1,89 @@
+"""Summaries, the boundary judge, canvas updates and the session turn, on a real LocalFileStore."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from mnemoflow.offload.annotations import annotated_entries, drill_down
+from mnemoflow.offload.boundary import heuristic_judge
+from mnemoflow.offload.canvas import validate_mermaid
+from mnemoflow.offload.canvas_update import canvas_path
+from mnemoflow.offload.config import OffloadConfig
+from mnemoflow.offload.entries import OffloadWriter
+from mnemoflow.offload.session import compact_session
+from mnemoflow.offload.session_state import load_state
+from mnemoflow.offload.summarize import heuristic_summary, llm_summaries
+from mnemoflow.prompts.offload_summary import ItemSummary, SummaryReply, ToolPair
+from mnemoflow.storage import LocalFileStore
+from mnemoflow.testing import ManualClock, ScriptedLLM
+from mnemoflow.tokens import count_tokens, estimate_tokens
+
+BIG = "\n".join([f"line {i}: value = {i * 7}" for i in range(300)] + ["Traceback (most recent call last):",
+                                                                      "ValueError: bad input", "FAILED 3 tests"])
+
+
+def test_tokens_exact_and_estimate_close() -> None:
+    assert count_tokens("hello world") == 2
+    text = "def f(x):\n    return x + 1  # comment\n" * 50
+    assert abs(estimate_tokens(text) - count_tokens(text)) / count_tokens(text) < 0.4
+
+
+def test_heuristic_summary_keeps_errors_and_is_bounded() -> None:
+    s = heuristic_summary(ToolPair("a", "bash", '{"cmd": "pytest"}', BIG), OffloadConfig())
+    assert "ValueError: bad input" in s.summary and len(s.summary) <= 400 and 0 <= s.score <= 10
+    small = heuristic_summary(ToolPair("b", "bash", "{}", "ok"), OffloadConfig())
+    assert small.summary == "ok" and small.score == 10
+
+
+def test_llm_summaries_batch_and_fall_back_per_missing_id() -> None:
+    pairs = [ToolPair(f"c{i}", "bash", "{}", BIG) for i in range(7)]
+    llm = ScriptedLLM([
+        SummaryReply(items=[ItemSummary(tool_call_id=f"c{i}", summary=f"s{i}", score=8) for i in range(4)]),
+        SummaryReply(items=[ItemSummary(tool_call_id="c5", summary="s5", score=3)]),
+    ])
+    out = asyncio.run(llm_summaries(pairs, llm, OffloadConfig(summary_batch=5)))
+    assert [s.summary for s in out[:4]] == ["s0", "s1", "s2", "s3"] and out[5].summary == "s5"
+    assert "ValueError" in out[4].summary and len(llm.calls) == 2  # c4 and c6 fell back to the heuristic
+
+
+def test_heuristic_judge() -> None:
+    assert heuristic_judge("Please fix the failing parser test in the repository " * 3, None).decision == "new_long"
+    assert heuristic_judge("continue", "001-x.mmd").decision == "continue"
+    assert heuristic_judge("what time is it?", None).decision == "short"
+
+
+def _turn(n: int, task: str) -> list[dict]:
+    msgs: list[dict] = [{"role": "user", "content": task}]
+    for i in range(n):
+        cid = f"{task[:3]}_{i}"
+        msgs += [{"role": "assistant", "content": None, "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": ["view", "edit", "bash"][i % 3],
+                                                          "arguments": '{"path": "a.py"}'}}]},
+                 {"role": "tool", "tool_call_id": cid, "content": BIG}]
+    return msgs
+
+
+def test_session_turns_persist_boundaries_canvases_and_drill_down(tmp_path: Path) -> None:
+    files, clock = LocalFileStore(tmp_path), ManualClock()
+    system = [{"role": "system", "content": "You are a coding agent."}]
+    task1 = "Fix the failing parser test in the repository: the tokenizer drops quotes " * 3
+    task2 = "Implement a new caching layer for the HTTP client with an eviction policy " * 3
+    history = system + _turn(8, task1)
+    asyncio.run(compact_session(files, "t", "s", history, 50_000, clock=clock, writer=OffloadWriter(files)))
+    # a restart: new writer, state from files only
+    history += _turn(4, task2)
+    out = asyncio.run(compact_session(files, "t", "s", history, 50_000, clock=clock, writer=OffloadWriter(files)))
+    state = load_state(files, "t", "s")
+    assert [b.decision for b in state.boundaries] == ["new_long", "new_long"]
+    assert state.active_canvas and state.active_canvas.startswith("002-")
+    for name in (b.canvas for b in state.boundaries):
+        assert name is not None
+        assert validate_mermaid((files.read_bytes(canvas_path("t", "s", name)) or b"").decode()) == []
+    entries = annotated_entries(files, "t", "s")
+    assert all(e.node_id and e.summary and e.score is not None for e in entries)
+    removed = {r.tool_call_id for r in out.removed}
+    assert removed >= {f"Fix_{i}" for i in range(8)}  # the finished task was folded
+    for e in entries:
+        assert any(r == BIG.encode() for _, r in drill_down(files, "t", "s", e.node_id or ""))
+    assert state.reclaim.cut is not None
