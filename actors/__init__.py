@@ -1,5 +1,16 @@
-"""Ray actors: SessionShard (per-session state, sessions hashed onto N shards). Built with :func:`build_shards`."""
+"""Ray actors: SessionShard (per-session state, sessions hashed onto N shards) and UserCurator (per-user L2/L3,
+users hashed onto M curators). Built with :func:`build_shards` and :func:`build_curators`."""
 
-from actors.placement import ShardClient, build_shards, connect_shards, shard_name
+from actors.curator import CuratorClient, build_curators, curator_name
+from actors.placement import ShardClient, build_shards, connect_shards, llm_factory, shard_name
 
-__all__ = ["ShardClient", "build_shards", "connect_shards", "shard_name"]
+__all__ = [
+    "CuratorClient",
+    "ShardClient",
+    "build_curators",
+    "build_shards",
+    "connect_shards",
+    "curator_name",
+    "llm_factory",
+    "shard_name",
+]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import ray
 
 from actors.shard import SessionShard
 from mnemoflow.config import Settings
-from mnemoflow.errors import ServiceUnavailable
+from mnemoflow.errors import InvalidInput, ServiceUnavailable
 from mnemoflow.offload.entries import SessionAppend
 from mnemoflow.sharding import session_key, shard_for
 
@@ -19,6 +20,15 @@ log = logging.getLogger(__name__)
 
 def shard_name(index: int) -> str:
     return f"session-shard-{index}"
+
+
+def llm_factory(settings: Settings) -> Callable[[], Any] | None:
+    """What actors call to reach the model: the ``llm`` Serve application, or None for the heuristic engines."""
+    if settings.llm_engine == "heuristic":
+        return None
+    from serving.llm import serve_llm
+
+    return serve_llm
 
 
 def build_shards(settings: Settings) -> list[Any]:
@@ -33,7 +43,7 @@ def build_shards(settings: Settings) -> list[Any]:
             num_cpus=0,
             max_restarts=-1,
             max_task_retries=3,
-        ).remote(i, data_dir, settings.shard_idle_seconds, settings.shard_max_sessions)
+        ).remote(i, data_dir, settings.shard_idle_seconds, settings.shard_max_sessions, llm_factory(settings))
         for i in range(settings.session_shards)
     ]
     ray.get([h.stats.remote() for h in handles])  # wait until every shard is up
@@ -70,6 +80,13 @@ class ShardClient:
 
     async def get_state(self, tenant: str, session: str) -> dict[str, Any]:
         return await self.handle(self.index_for(tenant, session)).get_state.remote(tenant, session)
+
+    async def compact(self, tenant: str, session: str, messages: list[dict[str, Any]], window: int) -> dict[str, Any]:
+        """Compaction runs in the shard that owns the session; a refused request raises InvalidInput."""
+        result = await self.handle(self.index_for(tenant, session)).compact.remote(tenant, session, messages, window)
+        if "error" in result:
+            raise InvalidInput(result["error"])
+        return result
 
 
 def connect_shards(settings: Settings) -> ShardClient:

@@ -3,19 +3,28 @@
 A session's state is loaded on first use from ``state.json`` (and caught up with its offload log when an
 update leaves a hole or when it is read), kept while the session is active, saved after every change, and
 evicted when idle or when the shard holds too many. So a shard can restart or move and lose nothing: files
-are the source of truth, memory is a cache. This class is plain Python; :func:`actors.build_shards` applies
-``ray.remote`` to it.
+are the source of truth, memory is a cache. Every change to one session (a sync from the stream, a
+compaction) runs under that session's lock, so ``state.json`` has one writer at a time. This class is plain
+Python; :func:`actors.build_shards` applies ``ray.remote`` to it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
+from mnemoflow.errors import InvalidInput
 from mnemoflow.offload.entries import OffloadEntry, read_entries
+from mnemoflow.offload.session import compact_session
 from mnemoflow.offload.session_state import SequenceGap, SessionState, advance, load_state, save_state
+from mnemoflow.ports import SystemClock
+from mnemoflow.ports.llm import LLM
 from mnemoflow.storage import LocalFileStore
 
 log = logging.getLogger(__name__)
@@ -24,13 +33,26 @@ SessionKey = tuple[str, str]
 
 
 class SessionShard:
-    def __init__(self, index: int, data_dir: str, idle_seconds: float, max_sessions: int) -> None:
+    def __init__(
+        self,
+        index: int,
+        data_dir: str,
+        idle_seconds: float,
+        max_sessions: int,
+        llm_factory: Callable[[], LLM] | None = None,
+    ) -> None:
         self.index = index
         self._files = LocalFileStore(Path(data_dir))
         self._idle_seconds = idle_seconds
         self._max_sessions = max_sessions
+        self._llm = llm_factory() if llm_factory else None  # None: heuristic summaries, boundaries, canvases
+        self._clock = SystemClock()
         self._sessions: OrderedDict[SessionKey, tuple[SessionState, float]] = OrderedDict()
+        self._locks: dict[SessionKey, asyncio.Lock] = {}
         self._loads = 0
+
+    def _lock(self, key: SessionKey) -> asyncio.Lock:
+        return self._locks.setdefault(key, asyncio.Lock())
 
     def _catch_up(self, state: SessionState) -> SessionState:
         return advance(state, read_entries(self._files, state.tenant, state.session, after_seq=state.last_seq))
@@ -51,8 +73,11 @@ class SessionShard:
             if len(self._sessions) <= self._max_sessions and now - touched < self._idle_seconds:
                 break
             del self._sessions[oldest_key]  # saved on every change already: eviction only frees memory
+            lock = self._locks.get(oldest_key)
+            if lock is not None and not lock.locked():
+                del self._locks[oldest_key]
 
-    def sync(self, updates: list[tuple[str, str, list[str], int]]) -> int:
+    async def sync(self, updates: list[tuple[str, str, list[str], int]]) -> int:
         """Apply new offload entries: ``(tenant, session, entries as JSON, last seq of the log)`` per session.
 
         Entries already applied are ignored; a hole is filled from the session's log. Returns how many
@@ -61,30 +86,56 @@ class SessionShard:
         changed = 0
         for tenant, session, raw_entries, last_seq in updates:
             key = (tenant, session)
-            state = self._get(key)
-            if state.last_seq >= last_seq:
-                self._put(key, state)
-                continue
-            entries = [OffloadEntry.model_validate_json(raw) for raw in raw_entries]
-            try:
-                new_state = advance(state, entries)
-            except SequenceGap:
-                new_state = self._catch_up(state)
-            if new_state is not state:
-                save_state(self._files, new_state)
-                changed += 1
-            self._put(key, new_state)
+            async with self._lock(key):
+                state = self._get(key)
+                if state.last_seq >= last_seq:
+                    self._put(key, state)
+                    continue
+                entries = [OffloadEntry.model_validate_json(raw) for raw in raw_entries]
+                try:
+                    new_state = advance(state, entries)
+                except SequenceGap:
+                    new_state = self._catch_up(state)
+                if new_state is not state:
+                    save_state(self._files, new_state)
+                    changed += 1
+                self._put(key, new_state)
         return changed
 
-    def get_state(self, tenant: str, session: str) -> dict[str, object]:
+    async def get_state(self, tenant: str, session: str) -> dict[str, Any]:
         """The session's state, caught up with its log."""
         key = (tenant, session)
-        state = self._get(key)
-        caught_up = self._catch_up(state)
-        if caught_up is not state:
-            save_state(self._files, caught_up)
-        self._put(key, caught_up)
-        return caught_up.model_dump(mode="json")
+        async with self._lock(key):
+            state = self._get(key)
+            caught_up = self._catch_up(state)
+            if caught_up is not state:
+                save_state(self._files, caught_up)
+            self._put(key, caught_up)
+            return caught_up.model_dump(mode="json")
+
+    async def compact(self, tenant: str, session: str, messages: list[dict[str, Any]], window: int) -> dict[str, Any]:
+        """One compaction turn (see :func:`mnemoflow.offload.session.compact_session`).
+
+        A malformed request comes back as ``{"error": reason}`` (nothing was written), so the API answers 4xx.
+        """
+        key = (tenant, session)
+        async with self._lock(key):
+            try:
+                result = await compact_session(
+                    self._files, tenant, session, messages, window, clock=self._clock, llm=self._llm
+                )
+            except InvalidInput as exc:
+                return {"error": str(exc)}
+            finally:
+                self._sessions.pop(key, None)  # compact_session saved state.json: reload it on next use
+            return {
+                "messages": result.messages,
+                "removed": [asdict(r) for r in result.removed],
+                "canvas": asdict(result.canvas) if result.canvas else None,
+                "level": result.level,
+                "tokens_before": result.tokens_before,
+                "tokens_after": result.tokens_after,
+            }
 
     def stats(self) -> dict[str, int]:
         return {"index": self.index, "sessions_in_memory": len(self._sessions), "loads": self._loads}

@@ -61,6 +61,11 @@ class Settings(BaseSettings):
     worker_batch_seconds: float = Field(0.05, gt=0)
     worker_max_attempts: int = Field(5, ge=1, description="Tries of a batch before its events go to dead letters.")
     l1_enabled: bool = Field(True, description="Schedule L1 extraction from the turn stream.")
+    curator_shards: int = Field(2, ge=1, le=1024, description="UserCurator actors (users hashed onto them) for L2/L3.")
+    curator_tick_seconds: float = Field(5.0, gt=0, description="How often a curator runs the users whose L2 is due.")
+    l2_delay_after_l1_seconds: float = Field(10.0, ge=0, description="L2 waits this long after an L1 pass.")
+    l2_min_interval_seconds: float = Field(900.0, ge=0, description="At most one L2 pass per user per interval.")
+    l2_max_interval_seconds: float = Field(3600.0, gt=0)
     l1_tick_seconds: float = Field(5.0, gt=0, description="How often a worker fires due idle/retry triggers.")
     worker_session_timeout: float = Field(
         30.0, ge=6, description="Seconds before Kafka gives a dead worker's partitions to another (also a restart)."

@@ -25,6 +25,7 @@ __all__ = [
     "FakeReply",
     "FakeStall",
     "FakeStatus",
+    "ListBus",
     "ManualClock",
     "ScriptedCall",
     "ScriptedLLM",
@@ -114,3 +115,16 @@ class ManualClock:
         self._now += delta
         self._elapsed += delta.total_seconds()
         return self._now
+
+
+class ListBus:
+    """An event bus (``serving.bus.EventBus``) that keeps what it was asked to publish, for API tests."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, list[tuple[str, bytes, int | None]]]] = []
+
+    async def publish(self, topic: str, records: list[tuple[str, bytes, int | None]]) -> None:
+        self.sent.append((topic, records))
+
+    async def close(self) -> None:
+        pass

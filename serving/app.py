@@ -26,7 +26,21 @@ class ApiIngress:
         from serving.bus import KafkaBus
 
         shards = ShardClient(self._settings)
-        return create_api(self._settings, KafkaBus(self._bootstrap), shards.get_state)
+        return create_api(
+            self._settings, KafkaBus(self._bootstrap), shards.get_state, shards.compact, self._recaller
+        )
+
+    def _recaller(self) -> Any:
+        """Recall in this replica: the embedder in-process, the atom index opened read-mostly (SQLite in WAL
+        mode lets the extractor replica write while this one reads)."""
+        from mnemoflow.embedding.factory import build_embedder
+        from mnemoflow.memory.recall import Recaller
+        from mnemoflow.storage import LocalFileStore
+        from mnemoflow.stores.factory import open_store
+
+        embedder = build_embedder(self._settings)
+        store = open_store(self._settings, dim=embedder.dim, embedding_model=embedder.model_id)
+        return Recaller(store=store, embedder=embedder, files=LocalFileStore(self._settings.data_dir))
 
 
 def build_app(settings: Settings, bootstrap: str) -> Any:

@@ -22,8 +22,6 @@ from mnemoflow.ports import SystemClock
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.stores.factory import open_store
 
-LLM_APP = "llm"
-
 
 class ExtractorServer:
     def __init__(self, settings: Settings, max_batch_size: int = 16) -> None:
@@ -31,9 +29,9 @@ class ExtractorServer:
         embedder = build_embedder(settings)
         llm = None
         if settings.llm_engine != "heuristic":
-            from serving.llm import ServeLLM
+            from serving.llm import serve_llm
 
-            llm = ServeLLM(serve.get_app_handle(LLM_APP))
+            llm = serve_llm()
         extractor, judge = l1_engines(llm)
         self.store = open_store(settings, dim=embedder.dim, embedding_model=embedder.model_id)
         self._pipeline = L1Pipeline(

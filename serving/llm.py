@@ -81,3 +81,8 @@ class ServeLLM:
         finally:
             latency = time.perf_counter() - started
             self.usage.record(CallRecord(stage, 0, 0, latency, 1, error is None, error))
+
+
+def serve_llm() -> ServeLLM:
+    """The LLM port over the running ``llm`` application: a picklable factory for actors (they call it inside)."""
+    return ServeLLM(serve.get_app_handle("llm"))

@@ -209,7 +209,7 @@ class ApacheKafka:
         # Static quorum (controller.quorum.voters): format needs only a cluster id.
         fmt = subprocess.run(
             [*java, "kafka.tools.StorageTool", "format", "--ignore-formatted",
-             "-t", _cluster_id(), "-c", str(props)],
+             f"--cluster-id={_cluster_id()}", "-c", str(props)],  # "=": an id may start with "-"
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,

@@ -59,6 +59,7 @@ class Stack:
         self._worker: subprocess.Popen[bytes] | None = None
         self._own_ray = False
         self.shards: list[object] = []
+        self.curators: list[object] = []
         self.info: StackInfo | None = None
 
     def start(self) -> StackInfo:
@@ -112,18 +113,37 @@ class Stack:
         return str(ray.get_runtime_context().gcs_address)
 
     def _start_actors(self) -> None:
-        from actors import build_shards
+        from datetime import timedelta
 
-        self.shards = build_shards(self.settings)  # the driver owns them: they live while it holds the handles
+        from actors import build_curators, build_shards, llm_factory
+        from mnemoflow.memory.l2_schedule import L2Timing
+
+        s = self.settings
+        self.shards = build_shards(s)  # the driver owns them: they live while it holds the handles
+        timing = L2Timing(
+            delay_after_l1=timedelta(seconds=s.l2_delay_after_l1_seconds),
+            min_interval=timedelta(seconds=s.l2_min_interval_seconds),
+            max_interval=timedelta(seconds=s.l2_max_interval_seconds),
+        )
+        self.curators = build_curators(
+            s.curator_shards, s.data_dir, s.ray_namespace, tick_seconds=s.curator_tick_seconds, timing=timing,
+            llm_factory=llm_factory(s),
+        )  # fmt: skip
 
     def _start_serve(self, bootstrap: str) -> str:
         from ray import serve
 
         from serving.app import build_app
+        from serving.extractor import build_extractor_app
         from streams.broker import free_port
 
         port = self.settings.api_port or free_port(self.settings.api_host)
         serve.start(http_options={"host": self.settings.api_host, "port": port})
+        if self.settings.llm_engine != "heuristic":
+            from serving.llm import build_llm_app
+
+            serve.run(build_llm_app(self.settings), name="llm", route_prefix=None)
+        serve.run(build_extractor_app(self.settings), name="extractor", route_prefix=None)
         serve.run(build_app(self.settings, bootstrap), name="mnemoflow", route_prefix="/")
         url = f"http://{self.settings.api_host}:{port}"
         _wait_healthy(url, timeout=60)

@@ -7,20 +7,10 @@ from fastapi.testclient import TestClient
 
 from mnemoflow.config import TOPIC_TOOL_RESULTS, TOPIC_TURNS, Settings
 from mnemoflow.sharding import shard_for
+from mnemoflow.testing import ListBus
 from serving.api import create_api
 
 KEY = {"Authorization": "Bearer key-acme"}
-
-
-class ListBus:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, list[tuple[str, bytes, int | None]]]] = []
-
-    async def publish(self, topic: str, records: list[tuple[str, bytes, int | None]]) -> None:
-        self.sent.append((topic, records))
-
-    async def close(self) -> None:
-        pass
 
 
 @pytest.fixture

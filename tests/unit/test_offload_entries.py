@@ -1,3 +1,4 @@
+import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from mnemoflow.offload.session_state import SequenceGap, SessionState, advance, 
 from mnemoflow.storage import LocalFileStore
 
 TS = datetime(2026, 3, 1, tzinfo=UTC)
+run = asyncio.run
 
 
 def result(i: int, session: str = "s", content: str | None = None) -> ToolResultEvent:
@@ -59,15 +61,15 @@ def test_shard_fills_gaps_from_the_log_and_reloads_after_restart(tmp_path: Path)
     writer = OffloadWriter(files)
     shard = SessionShard(0, str(tmp_path), idle_seconds=60, max_sessions=10)
     first = writer.write([result(0)])[0]
-    assert shard.sync([("t", "s", [first.new_entries[0].model_dump_json()], 0)]) == 1
+    assert run(shard.sync([("t", "s", [first.new_entries[0].model_dump_json()], 0)])) == 1
     later = writer.write([result(i) for i in range(1, 6)])[0]
     # The shard hears only about the last entry (earlier notifications were lost): it reads the rest.
-    assert shard.sync([("t", "s", [later.new_entries[-1].model_dump_json()], 5)]) == 1
-    state = shard.get_state("t", "s")
+    assert run(shard.sync([("t", "s", [later.new_entries[-1].model_dump_json()], 5)])) == 1
+    state = run(shard.get_state("t", "s"))
     assert (state["count"], state["last_entry"]["tool_call_id"]) == (6, "call_5")
-    assert shard.sync([("t", "s", [later.new_entries[-1].model_dump_json()], 5)]) == 0  # redelivery
+    assert run(shard.sync([("t", "s", [later.new_entries[-1].model_dump_json()], 5)])) == 0  # redelivery
     restarted = SessionShard(0, str(tmp_path), idle_seconds=60, max_sessions=10)
-    assert restarted.get_state("t", "s")["last_seq"] == 5
+    assert run(restarted.get_state("t", "s"))["last_seq"] == 5
     assert load_state(files, "t", "s").count == 6  # persisted, not only in memory
 
 
@@ -76,6 +78,6 @@ def test_shard_memory_is_bounded(tmp_path: Path) -> None:
     shard = SessionShard(0, str(tmp_path), idle_seconds=60, max_sessions=3)
     for k in range(10):
         appended = OffloadWriter(files).write([result(0, session=f"s{k}")])
-        shard.sync([("t", f"s{k}", [e.model_dump_json() for e in appended[0].new_entries], 0)])
+        run(shard.sync([("t", f"s{k}", [e.model_dump_json() for e in appended[0].new_entries], 0)]))
     assert shard.stats()["sessions_in_memory"] == 3
-    assert shard.get_state("t", "s0")["count"] == 1  # evicted, reloaded from its files
+    assert run(shard.get_state("t", "s0"))["count"] == 1  # evicted, reloaded from its files

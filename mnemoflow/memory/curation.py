@@ -1,0 +1,258 @@
+"""Per-user L2/L3 curation: when to run, what to feed the scene pass, and the persona that follows.
+
+Why a core class and not logic in the actor: the ``UserCurator`` actor only keeps wake-ups and calls this; every
+decision here is testable with a manual clock and temporary files. Everything that must survive a restart is in
+one JSON file per user (:class:`CurationState` at ``ScenePaths.state``): the L2 timer, the persona counters and
+the L2 cursor. The file is replaced atomically after each *successful* step only (a committed scene window, a
+written persona), so a failure leaves the state of the last success and the next run retries from there.
+
+The cursor is the ``updated`` time of the newest L1 record consumed plus the ids at exactly that time: a record
+written later with the same timestamp is still picked up, none is fed twice. Superseded records are never fed
+(a fact replaced before L2 saw it should not reach a scene). A failed run is retried with an exponential backoff
+kept in memory (not persisted: after a restart the first retry is immediate, which is what one wants).
+
+One caller per user at a time (the actor holds a per-user lock); the state file is not merged across writers.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
+
+from mnemoflow.errors import MnemoflowError, StorageError
+from mnemoflow.lru import LRU
+from mnemoflow.memory import l2_schedule as sched
+from mnemoflow.memory.l1_models import L1Record
+from mnemoflow.memory.l2_schedule import L2Timer, L2Timing
+from mnemoflow.memory.persona import PersonaEngine, PersonaStore, generate_persona
+from mnemoflow.memory.persona_trigger import EVERY_N, PersonaState, after_scene_pass
+from mnemoflow.memory.records import RecordLog
+from mnemoflow.memory.scenes_model import SceneInput
+from mnemoflow.memory.scenes_pass import DEFAULT_POLICY, SceneEngine, ScenePassReport, run_scene_passes
+from mnemoflow.memory.scenes_paths import ScenePaths
+from mnemoflow.memory.scenes_plan import ScenePolicy
+from mnemoflow.memory.scenes_store import SceneStore
+from mnemoflow.ports import Clock, FileStore
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMING = L2Timing()
+
+
+class L2Cursor(BaseModel):
+    """The newest L1 ``updated`` time consumed by L2, and the ids consumed at exactly that time."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ts: AwareDatetime | None = None
+    ids: tuple[str, ...] = ()
+
+    def admits(self, record: L1Record) -> bool:
+        return self.ts is None or record.updated > self.ts or (record.updated == self.ts and record.id not in self.ids)
+
+    def advance(self, consumed: list[SceneInput], upto: datetime) -> L2Cursor:
+        """The cursor after committed windows whose newest atom time is ``upto`` (windows never split a time)."""
+        same = {a.id for a in consumed if a.ts == upto}
+        if self.ts is not None and self.ts == upto:
+            same |= set(self.ids)
+        return L2Cursor(ts=upto, ids=tuple(sorted(same)))
+
+
+class CurationState(BaseModel):
+    """Everything L2/L3 remembers about a user between runs (``.l2l3_state.json``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: int = 1
+    timer: L2Timer = L2Timer()
+    persona: PersonaState = PersonaState()
+    cursor: L2Cursor = L2Cursor()
+
+
+Status = Literal["applied", "skipped", "failed", "dropped"]
+
+
+@dataclass(frozen=True, slots=True)
+class CurationOutcome:
+    """What one run did. ``error`` names the reason of a failure; ``next_wakeup`` is when to call again."""
+
+    tenant: str
+    user: str
+    status: Status
+    atoms: int = 0
+    passes: int = 0
+    created: tuple[str, ...] = ()
+    updated: tuple[str, ...] = ()
+    merged: tuple[str, ...] = ()
+    deleted: tuple[str, ...] = ()
+    persona: Literal["generated", "skipped", "failed", "not_evaluated"] = "not_evaluated"
+    persona_reason: str = ""
+    error: str | None = None
+    next_wakeup: datetime | None = None
+    cursor: datetime | None = None
+    scene_files: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly (times as ISO strings), for actor replies and an admin endpoint."""
+        out = asdict(self)
+        for k in ("next_wakeup", "cursor"):
+            out[k] = out[k].isoformat() if out[k] is not None else None
+        return out
+
+
+def to_scene_input(record: L1Record) -> SceneInput:
+    """The documented L1 → L2 seam (:class:`SceneInput`): field by field."""
+    return SceneInput(id=record.id, type=record.type, priority=record.priority, content=record.content,
+                      created_at=record.created, updated_at=record.updated)  # fmt: skip
+
+
+class Curator:
+    """Runs L2 scenes and L3 persona for one user at a time, from the user's files and persisted state."""
+
+    def __init__(self, files: FileStore, clock: Clock, scene_engine: SceneEngine, persona_engine: PersonaEngine,
+                 timing: L2Timing = DEFAULT_TIMING, *, policy: ScenePolicy = DEFAULT_POLICY, batch_size: int = 20,
+                 every_n: int = EVERY_N, retry_base: timedelta = timedelta(seconds=30),
+                 activity_resolution: timedelta = timedelta(seconds=60), max_tracked_failures: int = 10_000,
+                 ) -> None:  # fmt: skip
+        self.files, self.clock = files, clock
+        self.scene_engine, self.persona_engine = scene_engine, persona_engine
+        self.timing, self.policy, self.batch_size, self.every_n = timing, policy, batch_size, every_n
+        self.retry_base = retry_base
+        self.activity_resolution = activity_resolution
+        self._failures: LRU[tuple[str, str], int] = LRU(max_tracked_failures)
+
+    # --- state -----------------------------------------------------------------------------------------------
+
+    def load(self, tenant: str, user: str) -> CurationState:
+        """The persisted state (a fresh one for a new user); :class:`StorageError` if the file is unreadable."""
+        data = self.files.read_bytes(ScenePaths(tenant, user).state)
+        if data is None:
+            return CurationState()
+        try:
+            return CurationState.model_validate_json(data)
+        except ValidationError as exc:
+            raise StorageError(f"unreadable L2/L3 state for {tenant}/{user}: {exc.errors()[:1]}") from exc
+
+    def save(self, tenant: str, user: str, state: CurationState) -> None:
+        self.files.write_atomic(ScenePaths(tenant, user).state, state.model_dump_json().encode())
+
+    # --- events ----------------------------------------------------------------------------------------------
+
+    def on_l1_done(self, tenant: str, user: str) -> datetime | None:
+        """An L1 pass stored atoms: pull the next L2 run earlier (never later). Returns the next wake-up."""
+        state = self.load(tenant, user)
+        timer = sched.on_l1_done(state.timer, self.clock.now(), self.timing)
+        self.save(tenant, user, state.model_copy(update={"timer": timer}))
+        return sched.next_wakeup(timer)
+
+    def on_activity(self, tenant: str, user: str) -> None:
+        """A user turn arrived. Written at most once per ``activity_resolution`` (the rule works in hours)."""
+        state, now = self.load(tenant, user), self.clock.now()
+        last = state.timer.last_active
+        if last is not None and now - last < self.activity_resolution:
+            return
+        self.save(tenant, user, state.model_copy(update={"timer": sched.on_activity(state.timer, now)}))
+
+    def next_wakeup(self, tenant: str, user: str) -> datetime | None:
+        return sched.next_wakeup(self.load(tenant, user).timer)
+
+    # --- runs ------------------------------------------------------------------------------------------------
+
+    async def run_due(self, tenant: str, user: str) -> CurationOutcome | None:
+        """Run L2 (then L3) if the timer says so; None when not due, ``dropped`` for an idle timer."""
+        try:
+            state = self.load(tenant, user)
+        except MnemoflowError as exc:
+            return self._failed(tenant, user, f"state: {exc}")
+        decision = sched.decide(state.timer, self.clock.now(), self.timing)
+        if decision == "wait":
+            return None
+        if decision == "drop":
+            self.save(tenant, user, state.model_copy(update={"timer": sched.on_drop(state.timer)}))
+            return CurationOutcome(tenant, user, "dropped")
+        return await self._run(tenant, user, state)
+
+    async def run_now(self, tenant: str, user: str) -> CurationOutcome:
+        """Force a pass whatever the timer says (tests, admin endpoint)."""
+        try:
+            state = self.load(tenant, user)
+        except MnemoflowError as exc:
+            return self._failed(tenant, user, f"state: {exc}")
+        return await self._run(tenant, user, state)
+
+    async def _run(self, tenant: str, user: str, state: CurationState) -> CurationOutcome:
+        scenes = SceneStore(self.files, tenant, user)
+        try:
+            records = RecordLog(self.files, tenant, user).read(live_only=True)
+            atoms = [to_scene_input(r) for r in records if r.live and state.cursor.admits(r)]
+            report = await run_scene_passes(scenes, self.scene_engine, atoms, now=self.clock.now,
+                                            policy=self.policy, batch_size=self.batch_size)  # fmt: skip
+        except MnemoflowError as exc:  # reading records or the journal recovery failed: nothing was committed
+            return self._failed(tenant, user, f"L2: {exc}")
+        committed = [o for o in report.outcomes if o.status == "applied"]
+        consumed = sum(o.atoms for o in committed)
+        cursor = state.cursor
+        if report.cursor is not None:
+            cursor = cursor.advance(atoms, report.cursor)
+        persona = state.persona
+        if committed:
+            persona = after_scene_pass(persona, atoms=consumed, applied=any(o.changed or o.deleted for o in committed),
+                                       reason=report.persona_update_reason)  # fmt: skip
+        if report.error is not None:
+            if committed:  # the committed windows are a successful step: keep them, retry the rest
+                self.save(tenant, user, state.model_copy(update={"cursor": cursor, "persona": persona}))
+            return self._failed(tenant, user, f"L2: {report.error}", report, cursor.ts)
+        result: sched.L2Result = "applied" if report.applied else "skipped"
+        timer_before = state.timer
+        state = state.model_copy(update={
+            "cursor": cursor, "persona": persona,
+            "timer": sched.on_l2_done(timer_before, self.clock.now(), result, self.timing),
+        })  # fmt: skip
+        self.save(tenant, user, state)
+        self._failures.pop((tenant, user))
+        return await self._after_l2(tenant, user, state, report, result, timer_before, scenes)
+
+    async def _after_l2(self, tenant: str, user: str, state: CurationState, report: ScenePassReport,
+                        result: sched.L2Result, timer_before: L2Timer,
+                        scenes: SceneStore) -> CurationOutcome:  # fmt: skip
+        """Navigation refresh and persona; a failure here is reported, the L2 step already stands."""
+        persona_store = PersonaStore(self.files, tenant, user)
+        error, p_status, p_reason = None, "not_evaluated", ""
+        try:
+            if report.applied:
+                persona_store.refresh_navigation(scenes.load())
+            if sched.l3_after_l2(timer_before, result):
+                new_persona, p_out = await generate_persona(persona_store, scenes, self.persona_engine, state.persona,
+                                                            now=self.clock.now(), every_n=self.every_n)  # fmt: skip
+                p_status, p_reason = p_out.status, p_out.reason
+                if new_persona != state.persona:
+                    state = state.model_copy(update={"persona": new_persona})
+                    self.save(tenant, user, state)
+        except (MnemoflowError, ValueError) as exc:
+            log.error("persona %s/%s failed: %s", tenant, user, exc)
+            error, p_status, p_reason = f"L3: {exc}", "failed", str(exc)
+        outs = [o for o in report.outcomes if o.status == "applied"]
+        return CurationOutcome(
+            tenant, user, result, atoms=sum(o.atoms for o in outs), passes=len(outs),
+            created=tuple(n for o in outs for n in o.created), updated=tuple(n for o in outs for n in o.updated),
+            merged=tuple(n for o in outs for n in o.merged), deleted=tuple(n for o in outs for n in o.deleted),
+            persona=p_status, persona_reason=p_reason, error=error,  # type: ignore[arg-type]
+            next_wakeup=sched.next_wakeup(state.timer), cursor=state.cursor.ts,
+            scene_files=tuple(sorted(scenes.load())),
+        )  # fmt: skip
+
+    def _failed(self, tenant: str, user: str, reason: str, report: ScenePassReport | None = None,
+                cursor: datetime | None = None) -> CurationOutcome:  # fmt: skip
+        """A failed run: retry after ``retry_base * 2**(n-1)``, capped at ``max_interval``."""
+        key = (tenant, user)
+        n = (self._failures.pop(key) or 0) + 1
+        self._failures.get_or_load(key, lambda _: n)
+        delay = min(self.retry_base * 2 ** min(n - 1, 20), self.timing.max_interval)
+        log.error("curation %s/%s failed (%d in a row), retry in %s: %s", tenant, user, n, delay, reason)
+        outs = [o for o in (report.outcomes if report else ()) if o.status == "applied"]
+        return CurationOutcome(tenant, user, "failed", atoms=sum(o.atoms for o in outs), passes=len(outs),
+                               error=reason, next_wakeup=self.clock.now() + delay, cursor=cursor)  # fmt: skip

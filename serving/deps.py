@@ -1,0 +1,43 @@
+"""What the HTTP routes need, injected once by :func:`serving.api.create_api` (fakes in unit tests)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from fastapi import Path
+
+from mnemoflow.config import Settings
+from mnemoflow.errors import ServiceUnavailable
+from mnemoflow.ids import SafeId
+from mnemoflow.memory.recall import Recaller
+from mnemoflow.storage import LocalFileStore
+from serving.bus import EventBus
+
+PathId = Annotated[SafeId, Path(description="an id: letters, digits, _ - . : @; no path characters")]
+
+StateReader = Callable[[str, str], Awaitable[dict[str, Any]]]
+Compactor = Callable[[str, str, list[dict[str, Any]], int], Awaitable[dict[str, Any]]]
+
+
+@dataclass
+class ApiDeps:
+    settings: Settings
+    bus: EventBus
+    files: LocalFileStore
+    session_state: StateReader | None = None
+    compact: Compactor | None = None
+    recaller_factory: Callable[[], Recaller] | None = None
+    _recaller: Recaller | None = field(default=None, init=False)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+
+    async def recaller(self) -> Recaller:
+        """Built on first use (it loads the embedding model and opens the index), off the event loop."""
+        if self.recaller_factory is None:
+            raise ServiceUnavailable("long-term memory is not configured on this API")
+        async with self._lock:
+            if self._recaller is None:
+                self._recaller = await asyncio.to_thread(self.recaller_factory)
+        return self._recaller

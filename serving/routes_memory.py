@@ -1,0 +1,131 @@
+"""Long-term memory routes: recall before a turn, the agent tools, drill-down, persona and scenes, session end."""
+
+
+import asyncio
+from datetime import UTC, date, datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from pydantic import BaseModel, Field
+
+from mnemoflow.config import TOPIC_JOBS
+from mnemoflow.ids import SafeId
+from mnemoflow.memory.l0 import L0Message, read_l0
+from mnemoflow.memory.l1_models import L1Record
+from mnemoflow.memory.l1_schedule import L1Job
+from mnemoflow.memory.persona import PersonaStore
+from mnemoflow.memory.recall import RecallHit, RecallResult
+from mnemoflow.memory.scenes_drilldown import drill_down as scene_refs
+from mnemoflow.memory.scenes_paths import ScenePaths
+from serving.deps import ApiDeps, PathId
+
+
+class RecallRequest(BaseModel):
+    user: SafeId
+    query: str = Field(max_length=20_000, description="The user's new message (or the text to recall for).")
+
+
+class MemorySearch(BaseModel):
+    user: SafeId
+    query: str = Field(min_length=1, max_length=2000)
+    limit: int = Field(5, ge=1, le=20)
+    type: Literal["persona", "episodic", "instruction"] | None = None
+
+
+class ConversationSearch(BaseModel):
+    user: SafeId
+    query: str = Field(min_length=1, max_length=2000)
+    limit: int = Field(5, ge=1, le=50)
+    session: SafeId | None = None
+
+
+class ConversationHitOut(BaseModel):
+    message: L0Message
+    score: float
+
+
+class AtomDrillDown(BaseModel):
+    record: L1Record | None
+    messages: list[L0Message]
+
+
+class SessionEnd(BaseModel):
+    user: SafeId
+
+
+def memory_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
+    router = APIRouter(tags=["long-term memory"])
+    Tenant = Annotated[str, Depends(tenant_dep)]
+
+    @router.post("/v1/recall", response_model=RecallResult)
+    async def recall(body: RecallRequest, tenant: Tenant) -> RecallResult:
+        """Before a turn: ``prepend_context`` (L1 hits) and ``system_context`` (persona, scene navigation, tool
+        guide). On timeout it degrades to no hits with the persona still there."""
+        return await (await deps.recaller()).recall(tenant, body.user, body.query)
+
+    @router.post("/v1/memory/search", response_model=list[RecallHit])
+    async def memory_search(body: MemorySearch, tenant: Tenant) -> list[RecallHit]:
+        """The agent tool: hybrid search over the user's atoms."""
+        recaller = await deps.recaller()
+        return await asyncio.to_thread(recaller.memory_search, tenant, body.user, body.query, body.limit, body.type)
+
+    @router.post("/v1/conversations/search", response_model=list[ConversationHitOut])
+    async def conversation_search(body: ConversationSearch, tenant: Tenant) -> list[ConversationHitOut]:
+        """The agent tool: search the user's raw conversation (L0)."""
+        recaller = await deps.recaller()
+        hits = await asyncio.to_thread(
+            recaller.conversation_search, tenant, body.user, body.query, body.limit, body.session
+        )
+        return [ConversationHitOut(message=h.message, score=h.score) for h in hits]
+
+    @router.get("/v1/users/{user}/conversations", response_model=list[L0Message])
+    async def conversations(
+        user: PathId,
+        tenant: Tenant,
+        day: date | None = None,
+        offset: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    ) -> list[L0Message]:
+        """A user's L0 messages in stored order (all days, or one)."""
+        return read_l0(deps.files, tenant, user, day=day, limit=limit, offset=offset)
+
+    @router.get("/v1/users/{user}/atoms/{atom_id}", response_model=AtomDrillDown)
+    async def atom(user: PathId, atom_id: PathId, tenant: Tenant) -> AtomDrillDown:
+        """Drill-down: an atom → its record (even when superseded) → the L0 messages it came from."""
+        found = (await deps.recaller()).drill_down(tenant, user, atom_id)
+        if found.record is None and not found.messages:
+            raise HTTPException(404, f"no atom {atom_id} for user {user}")
+        return AtomDrillDown(record=found.record, messages=found.messages)
+
+    @router.get("/v1/users/{user}/persona")
+    async def persona(user: PathId, tenant: Tenant) -> Response:
+        """L3: ``persona.md`` with its scene navigation (empty 404 until the first persona)."""
+        text = PersonaStore(deps.files, tenant, user).read()
+        if not text:
+            raise HTTPException(404, f"no persona yet for user {user}")
+        return Response(text, media_type="text/markdown; charset=utf-8")
+
+    @router.get("/v1/users/{user}/scenes")
+    async def scenes(user: PathId, tenant: Tenant) -> list[dict[str, Any]]:
+        """L2: the user's scenes in navigation order, with the atom ids each one holds (drill-down)."""
+        return [
+            {"filename": r.filename, "summary": r.summary, "heat": r.heat, "atom_ids": list(r.atom_ids)}
+            for r in scene_refs(deps.files, tenant, user)
+        ]
+
+    @router.get("/v1/users/{user}/scenes/{name}")
+    async def scene(user: PathId, name: PathId, tenant: Tenant) -> Response:
+        data = deps.files.read_bytes(f"{ScenePaths(tenant, user).scenes_dir}/{name}")
+        if data is None:
+            raise HTTPException(404, f"no scene {name} for user {user}")
+        return Response(data, media_type="text/markdown; charset=utf-8")
+
+    @router.post("/v1/sessions/{session}/end", status_code=202)
+    async def end_session(session: PathId, body: SessionEnd, tenant: Tenant) -> dict[str, str]:
+        """The host closed a session: extract the user's pending turns now, not after the idle timeout."""
+        job = L1Job(kind="session_end", tenant=tenant, user=body.user, reason=f"session {session} ended",
+                    requested_at=datetime.now(UTC))  # fmt: skip
+        await deps.bus.publish(TOPIC_JOBS, [(job.key, job.model_dump_json().encode(), None)])
+        return {"status": "accepted"}
+
+    return router
