@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
+# llama-cpp-python ships only a source package: build its wheel once (~10 min on 2 cores) and keep it here.
+WHEELS ?= $(HOME)/.cache/mnemoflow-wheels
+LLAMA := llama-cpp-python==0.3.36
 MERMAID := tools/mermaid-check/node_modules/.installed
 
 .PHONY: install up test test-fast bench
@@ -11,7 +14,8 @@ MERMAID := tools/mermaid-check/node_modules/.installed
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev]"
+	ls $(WHEELS)/llama_cpp_python-0.3.36-*.whl > /dev/null 2>&1 || $(BIN)/pip wheel --quiet --no-deps -w $(WHEELS) "$(LLAMA)"
+	$(BIN)/pip install --quiet --find-links $(WHEELS) -e ".[dev]"
 	touch $@
 
 $(MERMAID): tools/mermaid-check/package-lock.json

@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     llm_replicas_min: int = Field(1, ge=0, description="Serve autoscaling of the llm deployment (cluster shape).")
     llm_replicas_max: int = Field(1, ge=1)
     llm_target_ongoing_requests: float = Field(8.0, gt=0)
+    llm_max_ongoing_requests: int = Field(
+        64, ge=1, description="Concurrent calls one llm replica accepts (continuous-batching engines want many)."
+    )
     llm_num_gpus: float = Field(0.0, ge=0, description="GPUs per llm replica (1 for vLLM on a GPU node).")
 
     @field_validator("api_keys")

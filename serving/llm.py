@@ -45,6 +45,7 @@ def build_llm_app(settings: Settings) -> Any:
     """The bound deployment with the autoscaling and GPU options from settings."""
     deployment = serve.deployment(
         name="llm",
+        max_ongoing_requests=settings.llm_max_ongoing_requests,
         autoscaling_config={
             "min_replicas": settings.llm_replicas_min,
             "max_replicas": settings.llm_replicas_max,

@@ -38,14 +38,37 @@ def _api_key(settings: Settings, key: str | None) -> str:
 def up(
     data_dir: Annotated[Path | None, typer.Option(help="Where the layers are stored.")] = None,
     port: Annotated[int | None, typer.Option(help="API port (default from settings, 8000).")] = None,
+    llm: Annotated[
+        str | None, typer.Option(help="Engine: heuristic (no model), openai (OpenAI-compatible URL), llama-cpp, vllm.")
+    ] = None,
+    llm_url: Annotated[str | None, typer.Option(help="Base URL of the OpenAI-compatible server (--llm openai).")] = (
+        None
+    ),
+    model: Annotated[
+        str | None, typer.Option(help="GGUF file for --llm llama-cpp; model name for --llm openai or vllm.")
+    ] = None,
 ) -> None:
     """Start the stack (embedded broker unless Kafka is configured), print where each part runs, run until Ctrl-C."""
     from mnemoflow.cli.stack import Stack
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = _settings(data_dir)
+    update: dict[str, object] = {}
     if port is not None:
-        settings = settings.model_copy(update={"api_port": port})
+        update["api_port"] = port
+    if llm is not None:
+        engine = llm.replace("-", "_")
+        if engine not in ("heuristic", "openai", "llama_cpp", "vllm"):
+            raise typer.BadParameter(f"unknown engine {llm!r}", param_hint="--llm")
+        update["llm_engine"] = engine
+    if llm_url is not None:
+        update["llm_url"] = llm_url
+    if model is not None:
+        if update.get("llm_engine", settings.llm_engine) == "llama_cpp":
+            update["llm_model_path"] = Path(model)
+        else:
+            update["llm_model"] = model
+    settings = Settings.model_validate({**settings.model_dump(), **update})
     if settings.llm_engine == "heuristic":
         console.print("[yellow]No model configured: using the deterministic heuristic engine.[/]")
     stack = Stack(settings)
