@@ -11,6 +11,7 @@ turns and jobs to the same worker, which alone writes that user's trigger state.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -145,8 +146,6 @@ def build_app(
                 due = await _run_all(due)
 
     async def _run_all(due: dict[tuple[str, str], L1Job]) -> dict[tuple[str, str], L1Job]:
-        import asyncio
-
         assert run_l1 is not None
         results = await asyncio.gather(*(run_l1(t, u) for t, u in due), return_exceptions=True)
         follow: dict[tuple[str, str], L1Job] = {}

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mnemoflow.memory.l1_layout import L1Layout
 from mnemoflow.memory.triggers import TriggerState
 from mnemoflow.ports import FileStore
+from mnemoflow.storage import Layout
 
 
 class L1Cursor(BaseModel):
@@ -34,18 +34,18 @@ class L1Cursor(BaseModel):
 
 
 def load_cursor(files: FileStore, tenant: str, user: str) -> L1Cursor:
-    raw = files.read_bytes(L1Layout.cursor(tenant, user))
+    raw = files.read_bytes(Layout.l1_cursor(tenant, user))
     return L1Cursor.model_validate_json(raw) if raw else L1Cursor()
 
 
 def save_cursor(files: FileStore, tenant: str, user: str, cursor: L1Cursor) -> None:
-    files.write_atomic(L1Layout.cursor(tenant, user), cursor.model_dump_json().encode())
+    files.write_atomic(Layout.l1_cursor(tenant, user), cursor.model_dump_json().encode())
 
 
 def load_triggers(files: FileStore, tenant: str, user: str) -> TriggerState:
-    raw = files.read_bytes(L1Layout.triggers(tenant, user))
+    raw = files.read_bytes(Layout.l1_triggers(tenant, user))
     return TriggerState.model_validate_json(raw) if raw else TriggerState()
 
 
 def save_triggers(files: FileStore, tenant: str, user: str, state: TriggerState) -> None:
-    files.write_atomic(L1Layout.triggers(tenant, user), state.model_dump_json().encode())
+    files.write_atomic(Layout.l1_triggers(tenant, user), state.model_dump_json().encode())

@@ -13,9 +13,9 @@ from datetime import datetime
 
 from pydantic import TypeAdapter
 
-from mnemoflow.memory.l1_layout import L1Layout
 from mnemoflow.memory.l1_models import AddLine, L1Record, SupersedeLine
 from mnemoflow.ports import FileStore
+from mnemoflow.storage import Layout
 
 _LINE: TypeAdapter[AddLine | SupersedeLine] = TypeAdapter(AddLine | SupersedeLine)
 
@@ -27,7 +27,7 @@ class RecordLog:
         self._files, self.tenant, self.user = files, tenant, user
 
     def _days(self) -> list[str]:
-        folder = L1Layout.records_dir(self.tenant, self.user)
+        folder = Layout.records_dir(self.tenant, self.user)
         return [f"{folder}/{n}" for n in self._files.list_dir(folder) if n.endswith(".jsonl")]
 
     def read(self, live_only: bool = True) -> list[L1Record]:
@@ -63,7 +63,7 @@ class RecordLog:
         lines = [AddLine(record=r).model_dump_json() for r in adds if r.id not in known]
         lines += [SupersedeLine(id=old, superseded_by=new, valid_to=at).model_dump_json() for old, new in supersede]
         if lines:
-            path = L1Layout.records_day(self.tenant, self.user, at.date())
+            path = Layout.records_day(self.tenant, self.user, at.date())
             self._files.repair_tail(path)
             self._files.append_lines(path, lines)
         return sum(1 for r in adds if r.id not in known)

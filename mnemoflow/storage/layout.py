@@ -25,6 +25,24 @@ class Layout:
     def conversation_day(cls, tenant: str, user: str, day: date) -> str:
         return f"{cls.conversations_dir(tenant, user)}/{day.isoformat()}.jsonl"
 
+    @classmethod
+    def records_dir(cls, tenant: str, user: str) -> str:
+        return f"{cls.user_dir(tenant, user)}/records"
+
+    @classmethod
+    def records_day(cls, tenant: str, user: str, day: date) -> str:
+        return f"{cls.records_dir(tenant, user)}/{day.isoformat()}.jsonl"
+
+    @classmethod
+    def l1_cursor(cls, tenant: str, user: str) -> str:
+        """Which L0 lines L1 has consumed; written only by the extraction pipeline."""
+        return f"{cls.user_dir(tenant, user)}/state/l1_cursor.json"
+
+    @classmethod
+    def l1_triggers(cls, tenant: str, user: str) -> str:
+        """The L1 trigger state; written only by the stream worker that owns the user's partition."""
+        return f"{cls.user_dir(tenant, user)}/state/l1_triggers.json"
+
     @staticmethod
     def session_dir(tenant: str, session: str) -> str:
         return f"{check_id(tenant)}/sessions/{check_id(session)}"

@@ -12,7 +12,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 from mnemoflow.errors import InvalidInput
-from mnemoflow.ports.vectors import ATOM_TYPES, RRF_K, AtomRow, AtomType, Hit
+from mnemoflow.ports.vectors import ATOM_TYPES, RRF_K, AtomRow, AtomType, EmbeddingModelMismatch, Hit
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 MAX_K = 1000
@@ -101,3 +101,44 @@ def with_vector(row: AtomRow, vector: Sequence[float]) -> AtomRow:
 def candidate_depth(k: int, candidates: int) -> int:
     """How deep each list is searched before fusion: at least k, at least ``candidates``."""
     return max(k, candidates)
+
+
+class StoreIdentity:
+    """What every adapter shares: its configured dimension and embedding model, the pair the index was built with
+    (``_stored``), and the check that refuses to compare vectors of two models."""
+
+    _dim: int
+    _model: str
+    _candidates: int
+    _stored: tuple[str | None, int | None]
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def embedding_model(self) -> str:
+        return self._model
+
+    def _fresh(self) -> None:
+        if self._stored != (self._model, self._dim):
+            raise EmbeddingModelMismatch(
+                f"index holds {self._stored[0]!r} (dim {self._stored[1]}), store is configured for "
+                f"{self._model!r} (dim {self._dim}); call reembed(embed_fn)"
+            )
+
+    def search(
+        self,
+        tenant: str,
+        user: str,
+        query_text: str,
+        query_vector: Sequence[float],
+        k: int,
+        types: Sequence[AtomType] | None = None,
+    ) -> list[Hit]:
+        """Hybrid search fused in Python: dense and BM25 lists of ``candidate_depth`` each, then RRF. Adapters
+        that fuse inside their engine override it."""
+        check_k(k)
+        depth = candidate_depth(k, self._candidates)
+        dense = self.dense_search(tenant, user, query_vector, depth, types)  # type: ignore[attr-defined]
+        return rrf_fuse(dense, self.bm25_search(tenant, user, query_text, depth, types), k)  # type: ignore[attr-defined]

@@ -14,15 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mnemoflow.errors import StorageError
-from mnemoflow.ports.vectors import AtomRow, AtomType, EmbeddingModelMismatch, EmbedFn, Hit
+from mnemoflow.ports.vectors import AtomRow, AtomType, EmbedFn, Hit
 from mnemoflow.stores._common import (
-    candidate_depth,
+    StoreIdentity,
     check_k,
     check_rows,
     check_scope,
     check_types,
     check_vector,
-    rrf_fuse,
     tokenize,
     with_vector,
 )
@@ -47,7 +46,7 @@ def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return dot / (na * nb) if na and nb else 0.0
 
 
-class InMemoryVectorStore:
+class InMemoryVectorStore(StoreIdentity):
     """Reference :class:`~mnemoflow.ports.vectors.VectorStore`. Sync, single process, not persistent."""
 
     def __init__(
@@ -61,26 +60,17 @@ class InMemoryVectorStore:
         if self._index.embedding_model is None:
             self._index.embedding_model, self._index.dim = embedding_model, dim
 
-    @property
-    def dim(self) -> int:
-        return self._dim
-
-    @property
-    def embedding_model(self) -> str:
-        return self._model
-
     def _live(self) -> None:
         if self._closed:
             raise StorageError("store is closed")
 
+    @property
+    def _stored(self) -> tuple[str | None, int | None]:  # type: ignore[override]
+        return self._index.embedding_model, self._index.dim
+
     def _fresh(self) -> None:
-        """Vectors of another model must not be compared with ours (see EmbeddingModelMismatch)."""
         self._live()
-        if (self._index.embedding_model, self._index.dim) != (self._model, self._dim):
-            raise EmbeddingModelMismatch(
-                f"index holds {self._index.embedding_model!r} (dim {self._index.dim}), store is configured for "
-                f"{self._model!r} (dim {self._dim}); call reembed(embed_fn)"
-            )
+        super()._fresh()
 
     def _scope(self, tenant: str, user: str) -> dict[str, AtomRow]:
         check_scope(tenant, user)
@@ -144,19 +134,6 @@ class InMemoryVectorStore:
         scored.sort(key=lambda sr: (-sr[0], sr[1].id))
         return [Hit(id=r.id, score=s, bm25_rank=i, row=r) for i, (s, r) in enumerate(scored[:k], start=1)]
 
-    def search(
-        self,
-        tenant: str,
-        user: str,
-        query_text: str,
-        query_vector: Sequence[float],
-        k: int,
-        types: Sequence[AtomType] | None = None,
-    ) -> list[Hit]:
-        check_k(k)
-        depth = candidate_depth(k, self._candidates)
-        dense = self.dense_search(tenant, user, query_vector, depth, types)
-        return rrf_fuse(dense, self.bm25_search(tenant, user, query_text, depth, types), k)
 
     def count(self, tenant: str, user: str | None = None) -> int:
         self._live()

@@ -13,16 +13,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from mnemoflow.errors import StorageError
-from mnemoflow.ports.vectors import RRF_K, AtomRow, AtomType, EmbeddingModelMismatch, EmbedFn, Hit
+from mnemoflow.ports.vectors import RRF_K, AtomRow, AtomType, EmbedFn, Hit
 from mnemoflow.stores import _milvus_schema as schema
 from mnemoflow.stores._common import (
+    StoreIdentity,
     candidate_depth,
     check_k,
     check_rows,
     check_scope,
     check_types,
     check_vector,
-    rrf_fuse,
     tokenize,
     with_vector,
 )
@@ -55,7 +55,7 @@ def _entity(row: AtomRow) -> dict[str, Any]:
     }
 
 
-class MilvusVectorStore:
+class MilvusVectorStore(StoreIdentity):
     """:class:`~mnemoflow.ports.vectors.VectorStore` over Milvus or Milvus Lite. Sync; open with :meth:`open`.
 
     ``fusion="server"`` runs Milvus' hybrid search with ``RRFRanker(60)`` (one round trip; the hits carry no
@@ -66,7 +66,7 @@ class MilvusVectorStore:
                  timeout: float, fusion: Literal["server", "client"]) -> None:
         self._client, self._name, self._dim, self._model = client, name, dim, embedding_model
         self._candidates, self._timeout, self._fusion = candidates, timeout, fusion
-        self._stored: tuple[str, int] = (embedding_model, dim)
+        self._stored: tuple[str | None, int | None] = (embedding_model, dim)
 
     @classmethod
     def open(cls, uri: str, *, dim: int, embedding_model: str, collection: str = "mnemoflow_atoms",
@@ -82,21 +82,6 @@ class MilvusVectorStore:
                         timeout=timeout, fusion=fusion)
             store._stored = schema.ensure_meta(client, collection, embedding_model, dim, timeout)
         return store
-
-    @property
-    def dim(self) -> int:
-        return self._dim
-
-    @property
-    def embedding_model(self) -> str:
-        return self._model
-
-    def _fresh(self) -> None:
-        if self._stored != (self._model, self._dim):
-            raise EmbeddingModelMismatch(
-                f"index holds {self._stored[0]!r} (dim {self._stored[1]}), store is configured for "
-                f"{self._model!r} (dim {self._dim}); call reembed(embed_fn)"
-            )
 
     def _filter(self, tenant: str, user: str, types: Sequence[str] | None) -> str:
         check_scope(tenant, user)
@@ -168,11 +153,10 @@ class MilvusVectorStore:
         k: int,
         types: Sequence[AtomType] | None = None,
     ) -> list[Hit]:
+        if self._fusion == "client" or not tokenize(query_text):
+            return super().search(tenant, user, query_text, query_vector, k, types)
         check_k(k)
         depth = candidate_depth(k, self._candidates)
-        if self._fusion == "client" or not tokenize(query_text):
-            dense = self.dense_search(tenant, user, query_vector, depth, types)
-            return rrf_fuse(dense, self.bm25_search(tenant, user, query_text, depth, types), k)
         self._fresh()
         pymilvus = schema.vendor()
         expr, vec = self._filter(tenant, user, check_types(types)), check_vector(query_vector, self._dim)

@@ -14,9 +14,10 @@ from datetime import datetime
 from typing import Any
 
 from mnemoflow.errors import StorageError
-from mnemoflow.ports.vectors import AtomRow, AtomType, EmbeddingModelMismatch, EmbedFn, Hit
+from mnemoflow.ports.vectors import AtomRow, AtomType, EmbedFn, Hit
 from mnemoflow.stores import _sqlite_schema as schema
 from mnemoflow.stores._common import (
+    StoreIdentity,
     candidate_depth,
     check_k,
     check_rows,
@@ -59,7 +60,7 @@ def _marks(n: int) -> str:
     return ",".join("?" * n)
 
 
-class SqliteVectorStore:
+class SqliteVectorStore(StoreIdentity):
     """:class:`~mnemoflow.ports.vectors.VectorStore` over one SQLite file. Sync; open with :meth:`open`."""
 
     def __init__(self, conn: Any, *, dim: int, embedding_model: str, chunk_size: int, candidates: int) -> None:
@@ -69,7 +70,7 @@ class SqliteVectorStore:
         self._model = embedding_model
         self._chunk_size = chunk_size
         self._candidates = candidates
-        self._stored: tuple[str, int] = (embedding_model, dim)
+        self._stored: tuple[str | None, int | None] = (embedding_model, dim)
 
     @classmethod
     def open(
@@ -87,21 +88,6 @@ class SqliteVectorStore:
         store = cls(conn, dim=dim, embedding_model=embedding_model, chunk_size=chunk_size, candidates=candidates)
         store._stored = schema.ensure_schema(conn, dim, embedding_model, chunk_size)
         return store
-
-    @property
-    def dim(self) -> int:
-        return self._dim
-
-    @property
-    def embedding_model(self) -> str:
-        return self._model
-
-    def _fresh(self) -> None:
-        if self._stored != (self._model, self._dim):
-            raise EmbeddingModelMismatch(
-                f"index holds {self._stored[0]!r} (dim {self._stored[1]}), store is configured for "
-                f"{self._model!r} (dim {self._dim}); call reembed(embed_fn)"
-            )
 
     def _insert_derived(self, rid: int, row: AtomRow, vector: Sequence[float]) -> None:
         key = user_key(row.tenant, row.user)

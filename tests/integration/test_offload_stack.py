@@ -3,7 +3,6 @@ via Kafka, compaction in the session shard), restart the shard mid-replay, and c
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -128,4 +127,3 @@ def test_replay_with_compaction_and_a_shard_restart(stack: Stack) -> None:
                 drilled = api.get(f"/v1/sessions/{session}/nodes/{item['node_id']}").json()
                 by_call = {d["entry"]["tool_call_id"]: d for d in drilled}
                 assert by_call[call_id]["raw"] == raw[call_id]
-        json.dumps(state)
