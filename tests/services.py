@@ -421,3 +421,25 @@ def llama_cpp_server(gguf: Path, log: Path, n_ctx: int = 4096, timeout: float = 
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+MERMAID_TOOL = REPO_ROOT / "tools" / "mermaid-check"
+
+
+def official_mermaid_check(texts: list[str]) -> list[dict[str, object]]:
+    """Parse ``texts`` with the official Mermaid parser (npm ``mermaid`` under Node + jsdom) in one Node run.
+
+    Raises FileNotFoundError when Node or ``npm ci --prefix tools/mermaid-check`` is missing.
+    """
+    import json
+
+    node = shutil.which("node")
+    if node is None or not (MERMAID_TOOL / "node_modules" / "mermaid").is_dir():
+        raise FileNotFoundError("the official Mermaid check needs node and `npm ci --prefix tools/mermaid-check`")
+    done = subprocess.run(
+        [node, str(MERMAID_TOOL / "check.mjs")], input=json.dumps(texts), capture_output=True, text=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"mermaid check failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout)

@@ -16,6 +16,7 @@ from mnemoflow.config import Settings
 from mnemoflow.offload.canvas import validate_mermaid
 from mnemoflow.offload.messages import validate
 from mnemoflow.tokens import messages_tokens
+from tests.services import official_mermaid_check
 
 pytestmark = pytest.mark.integration
 
@@ -116,9 +117,10 @@ def test_replay_with_compaction_and_a_shard_restart(stack: Stack) -> None:
         assert state["boundaries"][: len(boundaries_before_restart)] == boundaries_before_restart
         assert canvases[: len(canvases_before_restart)] == canvases_before_restart  # no canvas lost or renumbered
         assert len(set(canvases)) == len(canvases) and canvases
-        for name in canvases:
-            text = api.get(f"/v1/sessions/{session}/canvases/{name}").text
-            assert validate_mermaid(text) == [], name
+        texts = [api.get(f"/v1/sessions/{session}/canvases/{name}").text for name in canvases]
+        assert all(validate_mermaid(text) == [] for text in texts)
+        official = official_mermaid_check(texts)  # the canvases the pipeline made, through the real parser
+        assert all(r["ok"] for r in official), [r for r in official if not r["ok"]][:2]
 
         assert removed, "a 24k window over two chained tasks must reclaim something"
         for call_id, item in removed.items():

@@ -8,23 +8,19 @@ is set (CI runs ``npm ci --prefix tools/mermaid-check`` first).
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import shutil
-import subprocess
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
 from mnemoflow.offload.canvas import STATUSES, Canvas, CanvasEdge, CanvasNode, to_mermaid, validate_mermaid
 from mnemoflow.offload.canvas._text import clean
+from tests.services import official_mermaid_check
 
 pytestmark = pytest.mark.integration
 
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "mermaid-check"
 CORPUS_SIZE = 200
 SEED = 20250131
 FRAGMENTS = [
@@ -141,23 +137,13 @@ def make_corpus(size: int = CORPUS_SIZE, seed: int = SEED) -> list[Canvas]:
 
 
 def official_check(texts: list[str]) -> list[dict[str, object]]:
-    """Parse ``texts`` with the official Mermaid parser in one Node process."""
-    node = shutil.which("node")
-    if node is None or not (TOOL / "node_modules" / "mermaid").is_dir():
-        reason = "official Mermaid check needs node and `npm ci --prefix tools/mermaid-check`"
+    """Parse ``texts`` with the official Mermaid parser; skip locally without Node packages, fail under CI."""
+    try:
+        return official_mermaid_check(texts)
+    except FileNotFoundError as exc:
         if os.environ.get("CI"):
-            pytest.fail(reason + " (CI is set, so this must run)")
-        pytest.skip(reason)
-    done = subprocess.run(
-        [node, str(TOOL / "check.mjs")],
-        input=json.dumps(texts),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout)
+            pytest.fail(f"{exc} (CI is set, so this must run)")
+        pytest.skip(str(exc))
 
 
 def test_every_generated_canvas_parses_in_official_mermaid() -> None:
