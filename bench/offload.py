@@ -73,20 +73,27 @@ def chain(trajs: list[list[dict]]) -> list[dict]:
 
 
 def overflow(msgs: list[dict], window: int) -> list[dict]:
-    """Drop the oldest units after the system prompt (never the last user message) until the prompt fits."""
+    """Drop the oldest units after the system prompt until the prompt fits the window, as a model API demands.
+
+    Units before the last user message go first; if that is not enough, the oldest units after it (never the
+    last user message itself, never the newest unit), so a baseline prompt never exceeds the window either.
+    """
     total = sum(message_tokens(m) for m in msgs)
     if total <= window:
         return msgs
     floor, user = system_prefix(msgs), last_user(msgs)
-    end = floor
-    for u in units(msgs):
-        if u.start < floor:
-            continue
-        if total <= window or (user is not None and u.end > user):
+    keep = set(range(floor)) | ({user} if user is not None else set())
+    parts = [u for u in units(msgs) if u.start >= floor]
+    dropped: set[int] = set()
+    for u in parts[:-1]:
+        if total <= window:
             break
-        total -= sum(message_tokens(m) for m in msgs[u.start : u.end])
-        end = u.end
-    return msgs[:floor] + msgs[end:]
+        span = set(range(u.start, u.end))
+        if span & keep:
+            continue
+        total -= sum(message_tokens(msgs[i]) for i in span)
+        dropped |= span
+    return [m for i, m in enumerate(msgs) if i not in dropped]
 
 
 def masked(msgs: list[dict], summaries: dict[str, str] | None) -> list[dict]:
