@@ -17,6 +17,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 from mnemoflow.events import TurnEvent
 from mnemoflow.ids import SafeId
+from mnemoflow.lru import LRU
 from mnemoflow.memory.l1_state import load_triggers, save_triggers
 from mnemoflow.memory.triggers import Decision, L1Triggers, TriggerState
 from mnemoflow.ports import FileStore
@@ -46,6 +47,18 @@ class L1Scheduler:
         self.triggers = triggers or L1Triggers()
         self._wake: dict[UserKey, datetime] = {}
         self._max_wakeups = max_wakeups
+        self._seen: LRU[UserKey, bool] = LRU(max_wakeups)
+
+    def _load(self, key: UserKey) -> TriggerState:
+        """The persisted state; a run marked by a previous owner of this user (a crashed or rebalanced worker)
+        is not trusted, since its job may never have been produced: the user counts as idle again. At worst a
+        run happens twice, which the cursor makes harmless."""
+        state = load_triggers(self._files, *key)
+        first: list[bool] = []
+        self._seen.get_or_load(key, lambda _: first.append(True) or True)
+        if first and state.running:
+            return state.model_copy(update={"running": False, "inflight": 0})
+        return state
 
     def _settle(self, key: UserKey, state: TriggerState, decision: Decision, now: datetime) -> L1Job | None:
         save_triggers(self._files, *key, state)
@@ -64,7 +77,7 @@ class L1Scheduler:
                 counts[(event.tenant, event.user)] = counts.get((event.tenant, event.user), 0) + 1
         jobs = []
         for key, n in counts.items():
-            state, decision = load_triggers(self._files, *key), Decision()
+            state, decision = self._load(key), Decision()
             for _ in range(n):
                 state, step = self.triggers.on_turn(state, now)
                 decision = step if step.run or not decision.run else decision
@@ -73,14 +86,14 @@ class L1Scheduler:
         return jobs
 
     def on_session_end(self, tenant: str, user: str, now: datetime) -> L1Job | None:
-        state, decision = self.triggers.on_session_end(load_triggers(self._files, tenant, user), now)
+        state, decision = self.triggers.on_session_end(self._load((tenant, user)), now)
         return self._settle((tenant, user), state, decision, now)
 
     def due(self, now: datetime) -> list[L1Job]:
         """Fire the wake-ups whose time has come (idle extraction, retries after a failure)."""
         jobs = []
         for key in [k for k, at in self._wake.items() if at <= now]:
-            state, decision = self.triggers.on_tick(load_triggers(self._files, *key), now)
+            state, decision = self.triggers.on_tick(self._load(key), now)
             if (job := self._settle(key, state, decision, now)) is not None:
                 jobs.append(job)
         return jobs
@@ -89,7 +102,7 @@ class L1Scheduler:
         self, tenant: str, user: str, now: datetime, error: str | None = None
     ) -> tuple[L1Job | None, str | None]:
         """After a run: a catch-up run due now (if any) and, after too many failures, a dead-letter reason."""
-        state = load_triggers(self._files, tenant, user)
+        state = self._load((tenant, user))
         if error is None:
             state, decision = self.triggers.on_success(state, now)
         else:
@@ -97,5 +110,6 @@ class L1Scheduler:
         return self._settle((tenant, user), state, decision, now), decision.dead_letter
 
     def forget(self) -> None:
-        """Drop the wake-up index (another worker owns these users now)."""
+        """Drop the wake-up index and what this worker knew (another worker may own these users now)."""
         self._wake.clear()
+        self._seen.clear()

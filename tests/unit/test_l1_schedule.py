@@ -47,3 +47,11 @@ def test_session_end_runs_pending_turns_and_failures_end_in_a_dead_letter(tmp_pa
     assert again.reason == "retry"
     _, dead = sched.on_result("t", "u", NOW + timedelta(seconds=12), error="model down")
     assert dead == "model down" and load_triggers(files, "t", "u").pending == 1  # parked, not dropped
+
+
+def test_a_run_marked_by_a_crashed_worker_does_not_block_the_user_forever(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    L1Scheduler(files).on_turns([turn(0)], NOW)  # marks the user running, then "crashes" before the job
+    assert load_triggers(files, "t", "u").running
+    [job] = L1Scheduler(files).on_turns([turn(1)], NOW)  # a new worker owns the user
+    assert job.kind == "run"
