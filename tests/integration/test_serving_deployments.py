@@ -83,3 +83,36 @@ def test_llm_deployment_returns_validated_objects_and_retries_in_the_replica(ser
             asyncio.run(llm.complete(messages, Fact, max_tokens=64, stage="l1"))
     totals = llm.usage.stages()["l1"]
     assert (totals.calls, totals.ok, totals.failed) == (2, 1, 1)
+
+
+def test_extractor_batches_concurrent_users_and_stores_their_atoms(serve_instance: None, tmp_path) -> None:  # noqa: ANN001
+    from datetime import UTC, datetime, timedelta
+
+    from ray import serve
+
+    from mnemoflow.events import TurnEvent
+    from mnemoflow.memory.l0 import L0Writer
+    from mnemoflow.memory.records import RecordLog
+    from mnemoflow.storage import LocalFileStore
+    from serving.extractor import build_extractor_app
+
+    files, t0 = LocalFileStore(tmp_path), datetime(2026, 2, 1, tzinfo=UTC)
+    said = ["I am a nurse and I work night shifts", "I always drink green tea", "Please answer in French"]
+    L0Writer(files).write([
+        TurnEvent(tenant="t", message_id=f"u{k}-m{i}", user=f"u{k}", session="s", role="user", content=text,
+                  ts=t0 + timedelta(seconds=i))
+        for k in range(16) for i, text in enumerate(said)
+    ])  # fmt: skip
+    settings = Settings(data_dir=tmp_path, embedder="hashing")
+    handle = serve.run(build_extractor_app(settings, max_batch_size=16), name="extractor", route_prefix=None)
+
+    async def run_all() -> list[dict]:
+        return list(await asyncio.gather(*(handle.run.remote(("t", f"u{k}")) for k in range(16))))
+
+    results = asyncio.run(run_all())
+    assert all(r["ok"] and r["stored"] > 0 for r in results), results
+    sizes = handle.batch_sizes.remote().result()
+    assert sum(sizes) == 16 and max(sizes) > 1, sizes  # the users reached the pipeline as shared batches
+    for k in range(16):
+        assert all(r.source_message_ids[0].startswith(f"u{k}-") for r in RecordLog(files, "t", f"u{k}").read())
+    serve.delete("extractor")
