@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel, Field
@@ -85,7 +86,7 @@ def test_llm_deployment_returns_validated_objects_and_retries_in_the_replica(ser
     assert (totals.calls, totals.ok, totals.failed) == (2, 1, 1)
 
 
-def test_extractor_batches_concurrent_users_and_stores_their_atoms(serve_instance: None, tmp_path) -> None:  # noqa: ANN001
+def test_extractor_batches_concurrent_users_and_stores_their_atoms(serve_instance: None, tmp_path: Path) -> None:
     from datetime import UTC, datetime, timedelta
 
     from ray import serve
