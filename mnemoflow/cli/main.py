@@ -117,6 +117,30 @@ def replay(
 
 
 @app.command()
+def reembed(data_dir: Annotated[Path | None, typer.Option(help="Where the layers are stored.")] = None) -> None:
+    """Recompute every atom vector with the configured embedding model (after changing it); atoms keep their ids."""
+    from rich.progress import Progress
+
+    from mnemoflow.embedding.factory import build_embedder
+    from mnemoflow.stores.factory import open_store
+
+    settings = _settings(data_dir)
+    embedder = build_embedder(settings)
+    store = open_store(settings, dim=embedder.dim, embedding_model=embedder.model_id)
+    with Progress(console=console) as bar:
+        task = bar.add_task(f"re-embedding with {embedder.model_id}", total=None)  # the index spans tenants
+
+        def embed(texts: list[str]) -> list[list[float]]:
+            vectors = embedder.embed(texts)
+            bar.advance(task, len(texts))
+            return vectors
+
+        done = store.reembed(embed)
+    store.close()
+    console.print(f"re-embedded {done} atoms with {embedder.model_id}")
+
+
+@app.command()
 def status(
     api: Annotated[str, typer.Option(help="API base URL.")] = "http://127.0.0.1:8000",
 ) -> None:
