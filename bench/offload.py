@@ -126,6 +126,9 @@ class Meter:
         self.prev = prompt
 
 
+CONFIG = OffloadConfig()
+
+
 async def replay(session: list[dict], window: int, tag: str) -> dict[str, object]:
     calls = [i for i, m in enumerate(session) if m["role"] == "assistant" and i > 0]
     calls = [i for i in calls if last_user(session[:i]) is not None]
@@ -146,7 +149,7 @@ async def replay(session: list[dict], window: int, tag: str) -> dict[str, object
             meters["masking"].add(overflow(masked(prompt, None), window))
             meters["summaries"].add(overflow(masked(prompt, summaries), window))
             result = await compact_session(files, "bench", tag, prompt, window, clock=clock, writer=writer,
-                                           config=OffloadConfig())
+                                           config=CONFIG)
             meters["mnemoflow"].add(result.messages)
             for r in result.removed:
                 removed_total += 1
@@ -186,8 +189,14 @@ async def main() -> None:
     ap.add_argument("--quick", action="store_true", help="5 trajectories per set, one chained session")
     ap.add_argument("--per-session", type=int, default=10)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "offload.json"))
+    ap.add_argument("--config", default="{}", help='OffloadConfig overrides as JSON, e.g. \'{"stub_batch": 4}\'')
+    ap.add_argument("--spec", action="store_true", help="start from OffloadConfig.spec() (TDAM's ladder only)")
     args = ap.parse_args()
-    report: dict[str, object] = {"quick": args.quick, "keep_last": KEEP_LAST, "encoding": "o200k_base"}
+    global CONFIG
+    overrides = json.loads(args.config)
+    CONFIG = OffloadConfig.spec(**overrides) if args.spec else OffloadConfig(**overrides)
+    report: dict[str, object] = {"quick": args.quick, "keep_last": KEEP_LAST, "encoding": "o200k_base",
+                                 "config": CONFIG.model_dump()}
     for set_name in SETS:
         trajs = load(set_name)
         per = 5 if args.quick else args.per_session

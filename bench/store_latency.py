@@ -13,6 +13,7 @@ Prints a table and writes ``bench/results/store_latency.json``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -73,7 +74,8 @@ class Corpus:
             n = min(size, self.atoms - start)
             vecs = self.vectors(n)
             yield [AtomRow(id=f"a{start + j}", tenant="bench", user=f"user{(start + j) % self.users}",
-                           type=ATOM_TYPES[(start + j) % 3], priority=50, text=self.words(int(self.rng.integers(8, 17))),
+                           type=ATOM_TYPES[(start + j) % 3], priority=50,
+                           text=self.words(int(self.rng.integers(8, 17))),
                            vector=vecs[j].tolist(), created=self.now, updated=self.now,
                            source_message_ids=[f"m{start + j}"]) for j in range(n)]
 
@@ -109,9 +111,9 @@ def run_backend(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
     dense: list[float] = []
     bm25: list[float] = []
     for user, text, vec in queries[args.warmup :]:
-        timed(lambda: store.search("bench", user, text, vec, args.k), hybrid)
-        timed(lambda: store.dense_search("bench", user, vec, args.k), dense)
-        timed(lambda: store.bm25_search("bench", user, text, args.k), bm25)
+        timed(functools.partial(store.search, "bench", user, text, vec, args.k), hybrid)
+        timed(functools.partial(store.dense_search, "bench", user, vec, args.k), dense)
+        timed(functools.partial(store.bm25_search, "bench", user, text, args.k), bm25)
     store.close()
     return {"hybrid": stats(hybrid), "dense": stats(dense), "bm25": stats(bm25), "ingest_s": round(ingest_s, 1),
             "versions": {p: metadata.version(p) for p in VERSIONS[name]}}
@@ -137,7 +139,8 @@ def main() -> None:
             print(f"[{name}] ingesting {args.atoms} atoms over {args.users} users ...", flush=True)
             results[name] = run_backend(name, args, Path(tmp))
     print(f"\n{args.atoms} atoms, {args.users} users, dim {args.dim}, k={args.k}, {args.queries} queries, per-user")
-    print(f"{'backend':13} {'hybrid p50':>10} {'p99':>7} {'dense p50':>9} {'p99':>7} {'bm25 p50':>8} {'p99':>7} {'ingest s':>8}")
+    columns = ("hybrid p50", 10), ("p99", 7), ("dense p50", 9), ("p99", 7), ("bm25 p50", 8), ("p99", 7), ("ingest s", 8)
+    print(f"{'backend':13} " + " ".join(f"{name:>{width}}" for name, width in columns))
     for name, r in results.items():
         h, d, b = r["hybrid"], r["dense"], r["bm25"]
         print(f"{name:13} {h['p50_ms']:>10} {h['p99_ms']:>7} {d['p50_ms']:>9} {d['p99_ms']:>7} "

@@ -30,10 +30,50 @@ class OffloadConfig(BaseModel):
     inject_active: Literal["always", "after_reclaim"] = Field(
         "after_reclaim", description="Inject the active canvas always (spec) or once messages left the prompt."
     )
+    stub_keep_recent: int | None = Field(
+        2,
+        ge=0,
+        description="Age rule: tool results older than the last N are replaced by their summary stubs, in batches "
+        "(None = spec ladder only). Like observation masking, but the stub keeps the summary and the ref.",
+    )
+    stub_batch: int = Field(
+        8, ge=1, description="The age rule waits until this many results are due, then stubs them all at once."
+    )
+    stub_batch_tokens: int | None = Field(
+        2000, ge=1, description="...or as soon as the due rewrites would save this many tokens (None: count only)."
+    )
+    compact_stubbed_calls: bool = Field(
+        True, description="Spec §5.7: an assistant call whose results are all stubbed gets compact arguments."
+    )
+    freeze_injection: bool = Field(
+        True,
+        description="Re-send the injected canvases byte-identical at the same place until reclaim changes the "
+        "prompt; then refresh them after the changed region (keeps the cached prefix).",
+    )
+    active_canvas_ratio: float | None = Field(
+        0.1,
+        gt=0,
+        le=1,
+        description="Above this share of the window, the active canvas is injected as its node index (meta-only).",
+    )
+    history_canvas_full: bool = Field(
+        False,
+        description="Inject a finished task's full canvas when it fits the history budget (spec); False = its "
+        "node index only (meta-only), the summaries stay one drill-down away.",
+    )
     summary_min_tokens: int = Field(200, ge=0, description="Tool results below this need no summary (kept raw).")
     summary_max_chars: int = Field(400, ge=80, le=2000, description="Bound on any summary.")
     summary_batch: int = Field(5, ge=1, le=20, description="Tool results per summarisation LLM call.")
     canvas_batch: int = Field(30, ge=1, le=30, description="Entries per canvas update (one LLM call).")
+
+    @classmethod
+    def spec(cls, **overrides: object) -> OffloadConfig:
+        """TDAM's behaviour (spec §5.6-5.7): the ladder only, canvases refreshed and moved every call."""
+        base: dict[str, object] = {"stub_keep_recent": None, "freeze_injection": False, "inject_active": "always",
+                                   "fold_finished_tasks": False,
+                                   "history_canvas_full": True, "compact_stubbed_calls": True,
+                                   "active_canvas_ratio": None}
+        return cls(**{**base, **overrides})
 
     @model_validator(mode="after")
     def _ordered(self) -> OffloadConfig:

@@ -37,3 +37,10 @@ class ReclaimDecisions(BaseModel):
     replaced: dict[str, str] = Field(default_factory=dict, description="tool_call_id -> the exact stub text.")
     deleted: tuple[str, ...] = Field((), description="tool_call_ids whose call and results were dropped.")
     cut: str | None = Field(None, description="Fingerprint of the first message kept after the last head cut.")
+    calls: dict[str, str] = Field(
+        default_factory=dict, description="tool_call_id -> the exact compact arguments of a fully stubbed call."
+    )
+    injected: tuple[str, ...] = Field((), description="Exact texts of the canvas messages injected last time.")
+    inject_at: int | None = Field(None, description="Index (in the compacted messages) where they were inserted.")
+    inject_after: str | None = Field(None, description="Fingerprint of the message right before that index.")
+    injected_canvas: str | None = Field(None, description="Name of the active canvas among ``injected``.")

@@ -8,6 +8,7 @@ call and its results. History canvases (finished tasks whose messages were dropp
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from mnemoflow.offload.messages import Message, is_injected, last_user, system_prefix
@@ -45,8 +46,24 @@ def insertion_point(messages: list[Message], tail: int = 30) -> int:
     return max(idx, floor)
 
 
-def active_message(canvas: CanvasText) -> Message:
-    """The user-role message carrying the active task canvas."""
+_NODE = re.compile(r'^\s*([A-Za-z0-9_-]+)\["(.*)"\]\s*$')
+
+
+def node_index(mermaid: str) -> list[str]:
+    """``id: Stage: action (status)`` per node of a rendered canvas: the spec's meta-only view (no summaries)."""
+    out = []
+    for line in mermaid.splitlines():
+        match = _NODE.match(line)
+        if not match:
+            continue
+        parts = match.group(2).split("<br/>")
+        status = next((p.split(":", 1)[1].strip() for p in parts if p.startswith("status:")), "")
+        out.append(f"{match.group(1)}: {parts[0]}" + (f" ({status})" if status else ""))
+    return out
+
+
+def active_message(canvas: CanvasText, budget: int | None = None) -> Message:
+    """The user-role message carrying the active task canvas; over ``budget`` tokens, its node index only."""
     goal = f"task goal: {canvas.goal}\n" if canvas.goal else ""
     text = (
         f'<current_task_context file="{canvas.name}">\n'
@@ -57,31 +74,45 @@ def active_message(canvas: CanvasText) -> Message:
         "`doing` nodes are the current focus, `done` are finished, `blocked` are failed paths not to retry.\n"
         "</current_task_context>"
     )
-    return {"role": "user", "content": text}
-
-
-def history_message(canvas: CanvasText, meta_only: bool = False) -> Message:
-    """A finished or paused task's canvas, full or (``meta_only``) its header and node lines only."""
-    body = canvas.mermaid.rstrip()
-    if meta_only:
-        body = "\n".join(line for line in body.splitlines() if "[" in line or line.startswith(("%%{", "flowchart")))
-        body = "\n".join(line for line in body.splitlines() if "%% tools:" not in line)
-    mode = ' mode="meta-only"' if meta_only else ""
-    goal = f"task goal: {canvas.goal}\n" if canvas.goal else ""
+    message: Message = {"role": "user", "content": text}
+    if budget is None or message_tokens(message) <= budget:
+        return message
+    index = "\n".join(node_index(canvas.mermaid))
     text = (
-        f'<history_task_context file="{canvas.name}"{mode}>\n'
-        "State graph of an earlier task whose messages were removed from this context.\n"
-        f"{goal}```mermaid\n{body}\n```\n</history_task_context>"
+        f'<current_task_context file="{canvas.name}" mode="meta-only">\n'
+        "Staged record of the active task (may lag the latest tool calls; reference only).\n"
+        f"{goal}"
+        "nodes (drill down by node_id for summaries, tool_call_ids and raw outputs):\n"
+        f"{index}\n"
+        "`doing` nodes are the current focus, `done` are finished, `blocked` are failed paths not to retry.\n"
+        "</current_task_context>"
     )
     return {"role": "user", "content": text}
 
 
-def history_messages(canvases: list[CanvasText], budget: int) -> list[Message]:
-    """History canvas messages within ``budget`` tokens: full if it fits, else meta-only, else skipped."""
+def history_message(canvas: CanvasText, meta_only: bool = False) -> Message:
+    """A finished or paused task's canvas: full, or (``meta_only``, spec §5.6) its node index ``id: label``."""
+    mode = ' mode="meta-only"' if meta_only else ""
+    goal = f"task goal: {canvas.goal}\n" if canvas.goal else ""
+    if meta_only:
+        body = "nodes (drill down by node_id for summaries and raw outputs):\n" + "\n".join(node_index(canvas.mermaid))
+    else:
+        body = f"```mermaid\n{canvas.mermaid.rstrip()}\n```"
+    text = (
+        f'<history_task_context file="{canvas.name}"{mode}>\n'
+        "State graph of an earlier task whose messages were removed from this context.\n"
+        f"{goal}{body}\n</history_task_context>"
+    )
+    return {"role": "user", "content": text}
+
+
+def history_messages(canvases: list[CanvasText], budget: int, full: bool = True) -> list[Message]:
+    """History canvas messages within ``budget`` tokens: full if it fits (and ``full``), else meta-only, else
+    skipped."""
     out: list[Message] = []
     left = budget
     for canvas in canvases:
-        for meta_only in (False, True):
+        for meta_only in (False, True) if full else (True,):
             message = history_message(canvas, meta_only)
             cost = message_tokens(message)
             if cost <= left:

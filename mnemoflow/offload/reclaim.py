@@ -4,6 +4,10 @@ Order of work on every call, so the prompt prefix stays stable turn after turn:
 
 1. **Re-apply** the persisted :class:`~mnemoflow.offload.decisions.ReclaimDecisions`: the head cut (found again by
    the fingerprint of the first kept message), dropped tool units, and summary stubs (their exact stored text).
+1b. **Age rule** (mnemoflow, ``stub_keep_recent``; off in :meth:`OffloadConfig.spec`): tool results older than
+   the last N are stubbed and their calls' arguments compacted, in batches, so the prompt is rewritten once per
+   batch and only after the previous batch (the cached prefix before it survives). Stubs and compact arguments
+   are final: persisted verbatim and never re-summarised.
 2. **Aggressive** at ``0.85·window``: drop the oldest units (a message, or a call with its results) down to
    ``0.6·window``, stopping at the last user message; record the cut; inject history canvases of the dropped
    tool calls within ``0.2·window``.
@@ -20,13 +24,14 @@ with where they live (their ref), so nothing is lost: the raw bytes stay in ``re
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from mnemoflow.offload.config import OffloadConfig
 from mnemoflow.offload.decisions import ReclaimDecisions
-from mnemoflow.offload.messages import Message, Unit, fingerprint, last_user, system_prefix, units
+from mnemoflow.offload.messages import Message, Unit, call_ids, fingerprint, last_user, system_prefix, units
 from mnemoflow.tokens import message_tokens
 
 Level = Literal["none", "mild", "aggressive", "emergency"]
@@ -53,6 +58,22 @@ class Work:
     extra_tokens: int = 0
     level: Level = "none"
     deleted: list[str] = field(default_factory=list)
+    new: set[int] = field(default_factory=set)
+    """``id()`` of messages rewritten in this call (not re-applied ones): where the prompt prefix changes."""
+    dropped: bool = False
+    """Whether this call dropped messages (the prefix then changes right after the system messages)."""
+
+    @property
+    def changed(self) -> bool:
+        return self.dropped or any(id(m) in self.new for m in self.messages)
+
+    def change_end(self) -> int:
+        """Index just after the last message rewritten in this call (the system prefix after a drop only)."""
+        end = system_prefix(self.messages) if self.dropped else 0
+        for i, m in enumerate(self.messages):
+            if id(m) in self.new:
+                end = i + 1
+        return end
 
     def tokens(self) -> int:
         return sum(message_tokens(m) for m in self.messages) + self.extra_tokens
@@ -99,6 +120,69 @@ def reapply(work: Work) -> None:
             else m
             for m in work.messages
         ]
+    if d.calls:
+        work.messages = [_with_calls(m, d.calls) for m in work.messages]
+    work.dropped = False  # re-applied drops are not changes of this call
+
+
+def _with_calls(message: Message, args: Mapping[str, str]) -> Message:
+    """``message`` with the arguments of its tool calls listed in ``args`` replaced (same object if none are)."""
+    calls = message.get("tool_calls") or ()
+    if message.get("role") != "assistant" or not any(str(c.get("id")) in args for c in calls):
+        return message
+    new_calls = [
+        {**c, "function": {**(c.get("function") or {}), "arguments": args[str(c.get("id"))]}}
+        if str(c.get("id")) in args
+        else c
+        for c in calls
+    ]
+    return {**message, "tool_calls": new_calls}
+
+
+def _short(value: object, limit: int = 60) -> object:
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[:limit] + "…"
+    if isinstance(value, dict | list):
+        text = json.dumps(value, ensure_ascii=False)
+        return value if len(text) <= limit else "[object]"
+    return value
+
+
+def compact_arguments(arguments: str, node_id: str | None) -> str:
+    """Spec §5.7: ``{_offloaded, node_id, tool_call}`` with string args over 60 chars cut, big objects elided."""
+    try:
+        parsed = json.loads(arguments)
+    except (TypeError, ValueError):
+        parsed = arguments
+    short = {k: _short(v) for k, v in parsed.items()} if isinstance(parsed, dict) else _short(parsed)
+    text = json.dumps(short, ensure_ascii=False)
+    if len(text) > 300:
+        text = text[:299] + "…"
+    return json.dumps({"_offloaded": True, "node_id": node_id, "tool_call": text}, ensure_ascii=False)
+
+
+def compact_calls(work: Work, entries: Mapping[str, EntryInfo], aged: frozenset[str] = frozenset()) -> None:
+    """Give assistant calls whose results are all stubbed (or ``aged``: past the age rule's recent window, even
+    if too small to stub) compact arguments when shorter; final once chosen (the raw arguments stay in the entry)."""
+    d = work.decisions
+    added: dict[str, str] = {}
+    for i, m in enumerate(work.messages):
+        ids = call_ids(m) if m.get("role") == "assistant" else []
+        if not ids or not all(t in d.replaced or t in aged for t in ids) or all(t in d.calls for t in ids):
+            continue
+        for c in m.get("tool_calls") or ():
+            tid = str(c.get("id"))
+            raw = str((c.get("function") or {}).get("arguments", ""))
+            entry = entries.get(tid)
+            short = compact_arguments(raw, entry.node_id if entry else None)
+            if tid not in d.calls and len(short) < len(raw):
+                added[tid] = short
+        new = _with_calls(m, added)
+        if new is not m:
+            work.messages[i] = new
+            work.new.add(id(new))
+    if added:
+        work.decisions = d.model_copy(update={"calls": {**d.calls, **added}})
 
 
 def _unit_floor(msgs: list[Message], index: int) -> int:
@@ -114,6 +198,8 @@ def drop_range(work: Work, start: int, end: int) -> None:
     for m in work.messages[start:end]:
         if m.get("role") == "tool":
             work.deleted.append(str(m.get("tool_call_id")))
+    if end > start:
+        work.dropped = True
     work.messages = work.messages[:start] + work.messages[end:]
 
 
@@ -182,11 +268,72 @@ def mild(work: Work, window: int, entries: Mapping[str, EntryInfo], cfg: Offload
         if saved <= 0:
             continue
         msgs[i] = new
+        work.new.add(id(new))
         total -= saved
         replaced[entry.tool_call_id] = stub
     if replaced:
         work.decisions = work.decisions.model_copy(update={"replaced": {**work.decisions.replaced, **replaced}})
     return len(replaced)
+
+
+def _call_saving(message: Message, entries: Mapping[str, EntryInfo], known: Mapping[str, str]) -> int:
+    """Tokens that compact arguments would save on an assistant call message (0 when not shorter)."""
+    args: dict[str, str] = {}
+    for c in message.get("tool_calls") or ():
+        tid = str(c.get("id"))
+        raw = str((c.get("function") or {}).get("arguments", ""))
+        entry = entries.get(tid)
+        short = compact_arguments(raw, entry.node_id if entry else None)
+        if tid not in known and len(short) < len(raw):
+            args[tid] = short
+    return message_tokens(message) - message_tokens(_with_calls(message, args)) if args else 0
+
+
+def stub_by_age(
+    work: Work, entries: Mapping[str, EntryInfo], keep: int, batch: int, batch_tokens: int | None = None
+) -> frozenset[str]:
+    """Stub tool results older than the last ``keep`` and compact their calls' arguments, all at once when at
+    least ``batch`` rewrites are due or they would save ``batch_tokens``; return the ids past the last ``keep``
+    when that happens (empty otherwise).
+
+    Why batches: every rewrite changes the prompt from that message on, so the model's cached prefix is lost
+    there. Waiting for a batch rewrites the prompt once per several calls, and always just after the previous
+    batch (the oldest raw results), so the stubs before it stay cached. Stubs and compact arguments are final.
+    """
+    msgs = work.messages
+    d = work.decisions
+    tools = [i for i, m in enumerate(msgs) if m.get("role") == "tool"]
+    old = tools[: len(tools) - keep] if keep else tools
+    old_ids = frozenset(str(msgs[i].get("tool_call_id")) for i in old)
+    due: list[tuple[int, dict[str, Any], str]] = []
+    saved = 0
+    for i in old:
+        tid = msgs[i].get("tool_call_id")
+        if tid not in entries or tid in d.replaced:
+            continue
+        stub = stub_text(entries[tid])
+        new = {**msgs[i], "content": stub}
+        gain = message_tokens(msgs[i]) - message_tokens(new)
+        if gain > 0:
+            due.append((i, new, tid))
+            saved += gain
+    calls = 0
+    for m in msgs[: old[-1] if old else 0]:
+        ids = call_ids(m) if m.get("role") == "assistant" else []
+        if ids and all(t in old_ids for t in ids) and not all(t in d.calls for t in ids):
+            gain = _call_saving(m, entries, d.calls)
+            if gain > 0:
+                calls += 1
+                saved += gain
+    if len(due) + calls < batch and (batch_tokens is None or saved < batch_tokens):
+        return frozenset()
+    for i, new, _tid in due:
+        msgs[i] = new
+        work.new.add(id(new))
+    replaced = {tid: new["content"] for _i, new, tid in due}
+    work.decisions = d.model_copy(update={"replaced": {**d.replaced, **replaced}})
+    compact_calls(work, entries, old_ids)
+    return old_ids
 
 
 def drop_tail_units(work: Work, budget: int) -> None:
