@@ -38,7 +38,8 @@ from mnemoflow.storage import Layout, LocalFileStore
 from mnemoflow.testing import ManualClock
 from mnemoflow.tokens import message_tokens
 
-EVAL = Path("/work/shared/eval")
+ROOT = Path(__file__).resolve().parents[1]
+EVAL = ROOT.parent / "shared" / "eval"  # the evaluation data lies beside the repository
 SETS = {"openhands": "trajectories/openhands_swebench_verified", "tau_bench": "trajectories/tau_bench_airline"}
 WINDOWS = {"32k": 32_000, "128k": 128_000}
 KEEP_LAST = 10
@@ -157,10 +158,26 @@ async def replay(session: list[dict], window: int, tag: str) -> dict[str, object
             clock.advance(10)
         canvas_dir = f"{Layout.session_dir('bench', tag)}/canvases"
         names = files.list_dir(canvas_dir)
-        valid = sum(not validate_mermaid((files.read_bytes(f"{canvas_dir}/{n}") or b"").decode()) for n in names)
+        texts = [(files.read_bytes(f"{canvas_dir}/{n}") or b"").decode() for n in names]
+        valid = sum(not validate_mermaid(t) for t in texts)
     out: dict[str, object] = {k: {"cumulative": m.total, "peak": m.peak, "reused": m.reused} for k, m in meters.items()}
-    out.update(calls=len(calls), removed=removed_total, recovered=removed_ok, canvases=len(names), valid=valid)
+    out.update(calls=len(calls), removed=removed_total, recovered=removed_ok, canvases=len(names), valid=valid,
+               texts=texts)
     return out
+
+
+def official_validity(texts: list[str]) -> float | None:
+    """Share of canvases the official Mermaid parser accepts (None when Node or its packages are missing)."""
+    if not texts:
+        return 1.0
+    sys.path.insert(0, str(ROOT))
+    from tests.services import official_mermaid_check
+
+    try:
+        results = official_mermaid_check(texts)
+    except FileNotFoundError:
+        return None
+    return round(sum(bool(r["ok"]) for r in results) / len(texts), 4)
 
 
 def merge(results: list[dict]) -> dict[str, object]:
@@ -176,6 +193,7 @@ def merge(results: list[dict]) -> dict[str, object]:
         "prefix_reuse_by_strategy": reuse,
         "recoverability": round(sum(r["recovered"] for r in results) / removed, 4) if removed else 1.0,
         "canvas_valid": round(sum(r["valid"] for r in results) / canvases, 4) if canvases else 1.0,
+        "canvas_valid_official": official_validity([t for r in results for t in r["texts"]]),
         "model_calls": sum(r["calls"] for r in results),
         "removed_tool_outputs": removed,
         "canvases": canvases,

@@ -139,4 +139,8 @@ def _fit(directory: str) -> None:  # pragma: no cover - calibration tool, run by
 
 
 if __name__ == "__main__":  # pragma: no cover
-    _fit("/work/shared/eval")
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m mnemoflow.tokens EVAL_DIR   (the folder holding loaders.py and trajectories/)")
+    _fit(sys.argv[1])

@@ -89,7 +89,7 @@ def stub_text(entry: EntryInfo) -> str:
     return (
         f"[Offloaded tool result {entry.tool_call_id} | node: {entry.node_id or 'n/a'}]\n"
         f"Summary: {summary}\n"
-        f"result_ref: {entry.ref} (raw output, byte-exact; drill down by tool_call_id or node_id)"
+        f"result_ref: {entry.ref} (raw output; drill down by id)"
     )
 
 
