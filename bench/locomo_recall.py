@@ -11,6 +11,10 @@ questions with a hit. Baselines in the same run: BM25 (FTS5) and dense search ov
 turn. Category mapping (loaders.LOCOMO_CATEGORIES): 1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop,
 5 adversarial; the headline figures average categories 1-4.
 
+Model calls a model engine would need (the heuristic engine makes none): one per window with user text, the
+extraction call carrying the dedup decisions, plus a judge call for each pass with an open atom (one the
+similarity gate could not decide) whose closest candidate was not among the atoms shown in the extraction prompt.
+
     python bench/locomo_recall.py --quick          # one conversation
     python bench/locomo_recall.py                  # five conversations
 
@@ -40,12 +44,13 @@ from mnemoflow.events import TurnEvent
 from mnemoflow.memory.dedup import DedupConfig
 from mnemoflow.memory.l0 import L0Writer
 from mnemoflow.memory.l1_heuristic import HeuristicExtractor, HeuristicJudge
-from mnemoflow.memory.l1_pipeline import L1Pipeline
+from mnemoflow.memory.l1_pipeline import L1Pipeline, L1Settings
 from mnemoflow.memory.recall import Recaller
 from mnemoflow.memory.recall_config import RECIPES
 from mnemoflow.memory.records import RecordLog
 from mnemoflow.memory.triggers import L1Triggers, TriggerState
 from mnemoflow.ports.vectors import AtomRow
+from mnemoflow.prompts import l1_extraction
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.stores.sqlite import SqliteVectorStore
 
@@ -230,7 +235,8 @@ def main() -> None:
         clock = TurnClock()
         pipeline = L1Pipeline(files=files, store=store, embedder=embedder, extractor=HeuristicExtractor(),
                               judge=HeuristicJudge(), clock=clock,
-                              dedup=DedupConfig(store_below=args.store_below))
+                              dedup=DedupConfig(store_below=args.store_below),
+                              settings=L1Settings(count_model_calls=True))
         for conv in convs:
             asyncio.run(ingest(conv, files, pipeline, clock, counters))
             raw.upsert(raw_rows(conv, embedder))
@@ -241,6 +247,7 @@ def main() -> None:
         dup, atoms = duplicate_rate(files, store, users)
         lat = latency(args.latency_atoms, args.latency_users, args.latency_queries, work)
     stats = pipeline.deduper.stats
+    extraction_windows = counters["model_calls_needed"] - stats.model_judge_passes
     result.update({
         "engine": "heuristic", "embedder": embedder.model_id, "store": "sqlite",
         "conversations": [c["sample_id"] for c in convs], "turns": counters["turns"], "atoms": atoms,
@@ -251,10 +258,20 @@ def main() -> None:
         "llm_calls_per_100_turns": round(100 * counters["llm_calls"] / counters["turns"], 2),
         "model_calls_per_100_turns_if_model_engine": round(
             100 * counters["model_calls_needed"] / counters["turns"], 2),
+        "model_calls_breakdown": {
+            "design": f"{l1_extraction.VERSION}: one call per window with user text (extraction with the dedup "
+                      "decisions folded in) + a judge call for passes with an open atom whose closest candidate "
+                      "was not shown in the extraction prompt (assumes the model decides every memory it was "
+                      "shown candidates for, as the prompt asks)",
+            "extraction_windows": extraction_windows,
+            "judge_passes_still_needed": stats.model_judge_passes,
+            "per_100_turns_if_model_left_every_open_atom_undecided": round(
+                100 * (extraction_windows + stats.judge_passes) / counters["turns"], 2)},
         "l1_passes": counters["passes"],
         "dedup": {"config": pipeline.deduper.config.model_dump(), "gated_skip": stats.gated_skip,
                   "gated_store": stats.gated_store, "judged": stats.judged,
                   "judge_passes": stats.judge_passes, "judge_calls_saved": stats.judge_calls_saved,
+                  "model_judge_passes": stats.model_judge_passes,
                   "actions": stats.actions},
         "duplicate_rate": round(dup, 4), "ingest_and_extract_s": round(ingest_s, 1),
         "command": "python bench/locomo_recall.py" + (" --quick" if args.quick else ""),
@@ -270,8 +287,11 @@ def main() -> None:
         print(f"{s:12} {result['recall_at_5'][s]:7.3f} {result['recall_at_10'][s]:7.3f}  {cats}")
     print(f"latency (hybrid recall, {lat['atoms']} atoms, no query embedding): "
           f"p50 {lat['p50']} ms, p99 {lat['p99']} ms")
+    b = result["model_calls_breakdown"]
     print(f"LLM calls/100 turns: {result['llm_calls_per_100_turns']} (a model engine would need "
-          f"{result['model_calls_per_100_turns_if_model_engine']}); duplicate rate {result['duplicate_rate']}")
+          f"{result['model_calls_per_100_turns_if_model_engine']}: {b['extraction_windows']} extraction calls + "
+          f"{b['judge_passes_still_needed']} judge calls; {b['per_100_turns_if_model_left_every_open_atom_undecided']}"
+          f" if the model decided nothing); duplicate rate {result['duplicate_rate']}")
 
 
 if __name__ == "__main__":

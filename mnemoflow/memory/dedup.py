@@ -8,12 +8,17 @@ Improvements over spec §3.4 (§9.9, §11.8):
 * **Validated targets.** A judge's ``target_ids`` outside that atom's own candidates are dropped; an update or
   merge left without targets becomes a store. Nothing outside the candidate set can be replaced.
 * **Scoped.** Candidates come from hybrid search of this (tenant, user) only.
+* **Decided in the extraction call.** A model extractor is shown the user's atoms closest to the window
+  (``shown``) and may decide each memory there (``proposed``). The gate still runs first; an open atom whose
+  decision came with the extraction reply is validated against ``shown`` like a judge's decision and costs no
+  judge call. An open atom is left to the judge when the reply gave no decision, or when its closest candidate
+  (the one that kept the gate open) was not shown: a decision made without seeing it is not trusted.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -32,6 +37,8 @@ class DedupConfig(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     candidates: int = Field(5, ge=1, le=20)
+    shown: int = Field(8, ge=0, le=20)
+    """Atoms closest to a window shown in the extraction prompt, so a model can decide dedup in that call."""
     skip_similarity: float = Field(0.92, gt=0, le=1)
     store_below: float = Field(0.75, ge=0, le=1)
     """Measured on LoCoMo with MiniLM: 0.6 sent 83 of 101 passes to the judge, 0.8 sent 13; 0.75 is between."""
@@ -77,9 +84,16 @@ class DedupStats:
     gated_store: int = 0
     judged: int = 0
     judge_passes: int = 0
-    """Passes that needed a judgement (a model call under a model engine, whatever the engine)."""
+    """Passes whose open atoms went to this engine's judge (a model call when the judge is a model)."""
+    model_judge_passes: int = 0
+    """Passes in which a model engine needs a judge call after the folded extraction call: for a deciding
+    extractor the passes actually judged; otherwise (no decisions proposed) the passes with an open atom whose
+    closest candidate was not shown, i.e. assuming the model decides every memory it was shown candidates for."""
     judge_calls: int = 0
     judge_calls_saved: int = 0
+    decided_in_extraction: int = 0
+    """Open atoms decided by the extraction reply (validated like the judge's decisions)."""
+    judge_calls_saved_by_extraction: int = 0
     rejected_targets: int = 0
     actions: dict[str, int] = field(default_factory=dict)
 
@@ -141,18 +155,55 @@ class Deduper:
     def _count(self, action: str) -> None:
         self.stats.actions[action] = self.stats.actions.get(action, 0) + 1
 
-    async def plan(self, tenant: str, user: str, atoms: list[NewAtom]) -> list[Plan]:
-        """One plan per atom, in input order. Raises whatever the judge raises (the pass then fails whole)."""
+    def shown(self, tenant: str, user: str, queries: Sequence[tuple[str, Sequence[float]]]) -> list[AtomRow]:
+        """The user's atoms closest to a window, for the extraction prompt: one hybrid search of this tenant and
+        user per query (a user message of the window), its hits ordered by cosine (the gate's measure),
+        interleaved by rank across queries, at most ``config.shown``.
+
+        Why per message and not the whole window as one query: a window mixes topics, and one query finds the
+        closest candidate of fewer atoms (LoCoMo, MiniLM: the closest candidate of an open atom was missing in
+        48 of 112 passes with one query, 24 per message in hybrid order, 5 per message in cosine order), each of
+        which then needs a judge call.
+        """
+        limit = self.config.shown
+        if not limit or not queries:
+            return []
+        ranked = [sorted((h.row for h in self._store.search(tenant, user, text, vec, limit)),
+                         key=lambda r, v=vec: -cosine(v, r.vector)) for text, vec in queries]
+        out: dict[str, AtomRow] = {}
+        for rank in range(limit):
+            for rows in ranked:
+                if rank < len(rows) and len(out) < limit:
+                    out.setdefault(rows[rank].id, rows[rank])
+        return list(out.values())
+
+    async def plan(self, tenant: str, user: str, atoms: list[NewAtom], *, shown: Sequence[AtomRow] | None = None,
+                   proposed: Mapping[str, DecisionOut] | None = None) -> list[Plan]:
+        """One plan per atom, in input order. Raises whatever the judge raises (the pass then fails whole).
+
+        ``shown``: atoms the extraction prompt listed; ``proposed``: decisions of the extraction reply by atom id
+        (None when the extractor does not decide). See the module notes for which atoms still go to the judge.
+        """
         decided: dict[str, Plan] = {}
         open_items: list[JudgeItem] = []
         kept: list[NewAtom] = []
+        shown_rows = {r.id: r for r in shown or []}
+        uninformed = False
         for atom in atoms:
             cands = self._candidates(tenant, user, atom)
             gate = self._gate(atom, cands, kept)
             d = atom.draft
             if gate is None:
-                open_items.append(JudgeItem(atom, cands))
                 kept.append(atom)
+                informed = cands[0].row.id in shown_rows
+                uninformed |= not informed
+                dec = proposed.get(atom.id) if informed and proposed is not None else None
+                if dec is None:
+                    open_items.append(JudgeItem(atom, cands))
+                    continue
+                allowed = [Candidate(r, cosine(atom.vector, r.vector)) for r in shown_rows.values()]
+                decided[atom.id] = self._validated(JudgeItem(atom, allowed), dec)
+                self.stats.decided_in_extraction += 1
                 continue
             decided[atom.id] = Plan(atom, gate, d.content, d.type, d.priority, gated=True)
             setattr(self.stats, f"gated_{gate}", getattr(self.stats, f"gated_{gate}") + 1)
@@ -165,8 +216,11 @@ class Deduper:
             self.stats.judge_calls += int(self._judge.uses_llm)
             for item in open_items:
                 decided[item.atom.id] = self._validated(item, decisions.get(item.atom.id))
-        elif atoms:
+        elif atoms and all(p.gated for p in decided.values()):
             self.stats.judge_calls_saved += 1
+        elif atoms:  # some atom was open, and the extraction reply decided every open one
+            self.stats.judge_calls_saved_by_extraction += 1
+        self.stats.model_judge_passes += int(bool(open_items) if proposed is not None else uninformed)
         plans = [decided[a.id] for a in atoms]
         for p in plans:
             self._count(p.action)

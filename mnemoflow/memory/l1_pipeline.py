@@ -3,7 +3,9 @@
 What the wiring calls: ``await L1Pipeline(...).run(tenant, user)`` when :class:`~mnemoflow.memory.triggers.L1Triggers`
 decides to run, then ``on_success`` or ``on_failure`` with the outcome. Order of effects per window, and why:
 
-1. extraction and dedup decisions (no writes; a failure here raises and leaves everything as it was);
+1. extraction and dedup decisions (no writes; a failure here raises and leaves everything as it was). A model
+   extractor is shown the user's atoms closest to the window and decides dedup in the same call, so a window
+   costs one model call; the judge is called only for open atoms the reply left undecided (see ``dedup``);
 2. the records file (new records + supersede marks, one append; idempotent by record id);
 3. the index (upsert new atoms, then delete superseded ones: no stale fact stays searchable);
 4. the cursor, last — so a crash anywhere before re-reads the window, and the deterministic atom ids plus the
@@ -17,13 +19,14 @@ from datetime import datetime
 
 from mnemoflow.memory.dedup import DedupConfig, Deduper, DedupJudge, NewAtom, Plan
 from mnemoflow.memory.l0 import L0Message
-from mnemoflow.memory.l1_extract import Extractor, last_scene
+from mnemoflow.memory.l1_extract import DecidingExtractor, Extractor, last_scene
 from mnemoflow.memory.l1_models import L1Record
 from mnemoflow.memory.l1_state import load_cursor, save_cursor
 from mnemoflow.memory.l1_window import Window, plan_windows
 from mnemoflow.memory.records import RecordLog
 from mnemoflow.ports import Clock, Embedder, FileStore
 from mnemoflow.ports.vectors import AtomRow, VectorStore
+from mnemoflow.prompts.l1_dedup import DecisionOut
 
 _COUNTERS = {"store": "stored", "update": "updated", "merge": "merged"}
 
@@ -42,7 +45,8 @@ class L1RunResult:
     superseded: int = 0
     llm_calls: int = 0
     model_calls_needed: int = 0
-    """Calls a model engine would make for the same work (extraction windows with user text + judge passes)."""
+    """Calls a model engine makes for the same work: one per window with user text (extraction with the dedup
+    decisions folded in) + judge passes for open atoms left undecided (``DedupStats.model_judge_passes``)."""
     atom_ids: list[str] = field(default_factory=list)
 
 
@@ -52,6 +56,9 @@ class L1Settings:
     background: int = 5
     max_windows: int | None = None
     """Bound the work of one run (the rest stays pending for the next); None processes the whole backlog."""
+    count_model_calls: bool = False
+    """With a heuristic extractor, also retrieve the atoms a model would be shown, only so that
+    ``model_calls_needed`` is exact (benchmarks); off in service, where it would be work for a counter."""
 
 
 class L1Pipeline:
@@ -77,16 +84,27 @@ class L1Pipeline:
         cursor = load_cursor(self._files, tenant, user)
         windows = self.pending(tenant, user)[: self.settings.max_windows]
         for window in windows:
-            calls_before, passes_before = self.deduper.stats.judge_calls, self.deduper.stats.judge_passes
-            drafts = await self._extractor.extract(user, window, cursor.last_scene) if window.new else []
+            calls_before, passes_before = self.deduper.stats.judge_calls, self.deduper.stats.model_judge_passes
             has_user_text = any(m.role == "user" for m in window.new)
+            deciding = isinstance(self._extractor, DecidingExtractor)
+            wanted = has_user_text and (deciding or self.settings.count_model_calls)
+            shown = self._shown(tenant, user, window) if wanted else []
+            proposed: dict[str, DecisionOut] | None = None
+            if deciding:
+                extraction = await self._extractor.extract_decided(user, window, cursor.last_scene, shown)
+                drafts, proposed = extraction.drafts, {}
+            else:  # shown atoms (when counted) only feed the count of what a model engine would need
+                drafts = await self._extractor.extract(user, window, cursor.last_scene) if window.new else []
             result.llm_calls += int(self._extractor.uses_llm and has_user_text)
             result.model_calls_needed += int(has_user_text)
             vectors = self._embedder.embed([d.content for d in drafts]) if drafts else []
             atoms = [NewAtom(d.atom_id(tenant, user), d, v) for d, v in zip(drafts, vectors, strict=True)]
-            plans = await self.deduper.plan(tenant, user, atoms)
+            if proposed is not None:
+                proposed = {a.id: dec.model_copy(update={"record_id": a.id})
+                            for a, dec in zip(atoms, extraction.decisions, strict=True) if dec is not None}
+            plans = await self.deduper.plan(tenant, user, atoms, shown=shown, proposed=proposed)
             result.llm_calls += self.deduper.stats.judge_calls - calls_before
-            result.model_calls_needed += self.deduper.stats.judge_passes - passes_before
+            result.model_calls_needed += self.deduper.stats.model_judge_passes - passes_before
             self._apply(tenant, user, plans, window, result)
             cursor = cursor.advanced(window.done, last_scene(drafts))
             save_cursor(self._files, tenant, user, cursor)
@@ -94,6 +112,11 @@ class L1Pipeline:
             result.messages += window.consumed
             result.drafts += len(drafts)
         return result
+
+    def _shown(self, tenant: str, user: str, window: Window) -> list[AtomRow]:
+        """The user's atoms closest to the window's new user messages (what the extraction prompt lists)."""
+        texts = [m.content[:2000] for m in window.new if m.role == "user"]
+        return self.deduper.shown(tenant, user, list(zip(texts, self._embedder.embed(texts), strict=True)))
 
     def _apply(self, tenant: str, user: str, plans: list[Plan], window: Window, result: L1RunResult) -> None:
         now = self._clock.now()

@@ -2,20 +2,27 @@
 
 Pure: context in, chat messages out, plus the pydantic model the reply must validate against. Lists are bounded
 (the LLM port refuses unbounded lists). The reply carries message ids; the pipeline keeps only ids of the window.
+
+Version 2 folds the dedup decision (spec §3.4) into this call: the prompt lists the user's existing memories
+closest to the window (ids and text) and each extracted memory may carry ``decision`` (store / update / merge /
+skip) with ``target_ids`` and merged fields, as the dedup judge would answer. The pipeline validates them against
+the listed memories exactly as it validates the judge's; a memory without a decision is left to the judge.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from mnemoflow.ports.llm import ChatMessage
+from mnemoflow.prompts.l1_dedup import Action
 
-VERSION = "l1-extraction/1"
+VERSION = "l1-extraction/2"
 MAX_MEMORIES = 20
+MAX_TARGETS = 5
 
 
 class MemoryOut(BaseModel):
@@ -27,6 +34,11 @@ class MemoryOut(BaseModel):
     source_message_ids: list[str] = Field(min_length=1, max_length=10)
     activity_start: str | None = Field(None, description="ISO 8601 with offset, when determinable")
     activity_end: str | None = None
+    decision: Action | None = Field(None, description="against EXISTING memories; omit when unsure")
+    target_ids: list[str] = Field(default_factory=list, max_length=MAX_TARGETS)
+    merged_content: str | None = Field(None, max_length=1000)  # as content; llama.cpp grammars cap repetition
+    merged_type: Literal["persona", "episodic", "instruction"] | None = None
+    merged_priority: int | None = Field(None, ge=-1, le=100)
 
 
 class SceneOut(BaseModel):
@@ -51,11 +63,21 @@ class PromptMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class ExistingMemory:
+    """One of the user's stored atoms shown to the model, so that it can decide dedup in the same call."""
+
+    id: str
+    type: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
 class ExtractionContext:
     user: str
     previous_scene: str
     background: list[PromptMessage]
     new: list[PromptMessage]
+    existing: list[ExistingMemory] = field(default_factory=list)
 
 
 SYSTEM = (
@@ -74,7 +96,14 @@ SYSTEM = (
     f"each memory comes from in source_message_ids. At most {MAX_MEMORIES} memories in total.\n"
     "Scenes: keep the previous scene unless the user clearly switches topic or goal; a scene name is one sentence "
     "of 30-50 characters describing the activity.\n"
-    "Write memory text in the user's language; keep JSON keys and enum values in English."
+    "Write memory text in the user's language; keep JSON keys and enum values in English.\n"
+    "Dedup: EXISTING lists stored memories of this user (id, type, text). Give every memory a decision against "
+    "them: store = genuinely new; skip = an existing memory already says this or says it better; update = same "
+    "fact or event and the new one is more specific, newer or corrects it; merge = complementary information "
+    "about the same fact or event. For update and merge, target_ids are the ids of the EXISTING memories it "
+    f"replaces (at most {MAX_TARGETS}, only ids listed in EXISTING), and merged_content is one memory keeping the "
+    "still valid old details, with merged_type and merged_priority. Repeated preference -> merge; explicit change "
+    "-> update; identical -> skip. Leave decision empty only when you cannot tell."
 )
 
 
@@ -83,9 +112,11 @@ def _render(m: PromptMessage) -> str:
 
 
 def build_messages(ctx: ExtractionContext) -> list[ChatMessage]:
-    """System rules, then the previous scene, background and new messages in the spec's line format (UTC)."""
+    """System rules, then existing memories, previous scene, background and new messages (spec line format, UTC)."""
+    existing = "\n".join(f"[{e.id}] ({e.type}) {e.content}" for e in ctx.existing) or "(none: every memory is store)"
     background = "\n\n".join(_render(m) for m in ctx.background) or "(none)"
     new = "\n\n".join(_render(m) for m in ctx.new)
     user = (f"All timestamps are UTC. User: {ctx.user}\nPrevious scene: {ctx.previous_scene or 'none'}\n\n"
+            f"EXISTING memories (for decisions only):\n{existing}\n\n"
             f"BACKGROUND (context only):\n{background}\n\n----- NEW MESSAGES -----\n{new}")
     return [ChatMessage(role="system", content=SYSTEM), ChatMessage(role="user", content=user)]
