@@ -137,7 +137,8 @@ if __name__ == "__main__":
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_worker_niceness", "0")
     sys.path.insert(0, str(ROOT))
-    import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False)
+    from mnemoflow.cli.stack import start_local_ray
+
+    start_local_ray("mnemoflow")
     print(json.dumps(extraction_benchmark("--quick" in sys.argv), indent=2))

@@ -86,7 +86,9 @@ def main() -> None:
 
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False)
+    from mnemoflow.cli.stack import start_local_ray
+
+    start_local_ray("mnemoflow")
     started = time.perf_counter()
     try:
         from bench.extraction import extraction_benchmark

@@ -101,15 +101,7 @@ class Stack:
                 ray.init(address=self.settings.ray_address, namespace=self.settings.ray_namespace)
             else:
                 self._own_ray = True
-                ray.init(
-                    num_cpus=2,
-                    include_dashboard=False,
-                    object_store_memory=100 * 1024 * 1024,
-                    _node_ip_address="127.0.0.1",
-                    namespace=self.settings.ray_namespace,
-                    logging_level=logging.WARNING,
-                    log_to_driver=False,
-                )
+                start_local_ray(self.settings.ray_namespace)
         return str(ray.get_runtime_context().gcs_address)
 
     def _start_actors(self) -> None:
@@ -191,6 +183,34 @@ class Stack:
         if self._broker is not None:
             self._broker.stop()
             self._broker = None
+
+
+def start_local_ray(namespace: str, attempts: int = 3) -> None:
+    """Start a one-machine Ray (2 CPUs, no dashboard, a 100 MB object store), retrying a start that timed out.
+
+    Measured: right after another local Ray shut down, the new GCS server occasionally never reports its port
+    and ``ray.init`` times out; a second start works.
+    """
+    import ray
+
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(
+                num_cpus=2,
+                include_dashboard=False,
+                object_store_memory=100 * 1024 * 1024,
+                _node_ip_address="127.0.0.1",
+                namespace=namespace,
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+            )
+            return
+        except RuntimeError as exc:
+            ray.shutdown()
+            if attempt == attempts:
+                raise ServiceUnavailable(f"Ray did not start after {attempts} tries: {exc}") from exc
+            log.warning("Ray did not start (try %d/%d): %s; retrying", attempt, attempts, exc)
+            time.sleep(2.0 * attempt)
 
 
 def _wait_healthy(url: str, timeout: float) -> None:

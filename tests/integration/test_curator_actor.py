@@ -29,7 +29,9 @@ TOPICS = ["hiking in the alps", "jazz piano chords", "rust compiler work", "ital
 def ray_local():  # type: ignore[no-untyped-def]
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False)
+    from mnemoflow.cli.stack import start_local_ray
+
+    start_local_ray("mnemoflow-test")
     yield ray
     ray.shutdown()
 

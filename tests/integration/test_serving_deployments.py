@@ -25,7 +25,9 @@ def serve_instance() -> Iterator[None]:
     import ray
     from ray import serve
 
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False)
+    from mnemoflow.cli.stack import start_local_ray
+
+    start_local_ray("mnemoflow-test")
     serve.start(http_options={"host": "127.0.0.1", "port": 0})
     yield
     serve.shutdown()
