@@ -22,8 +22,8 @@ from typing import Any
 
 import ray
 
+from actors.routing import ActorRouter
 from mnemoflow.embedding import HashingEmbedder
-from mnemoflow.errors import ServiceUnavailable
 from mnemoflow.memory.curation import DEFAULT_TIMING, CurationState, Curator
 from mnemoflow.memory.l2_schedule import L2Timing
 from mnemoflow.memory.persona_heuristic import HeuristicPersonaEngine
@@ -230,32 +230,20 @@ def build_curators(n: int, data_dir: str | Path, namespace: str, *, tick_seconds
     return handles
 
 
-class CuratorClient:
+class CuratorClient(ActorRouter):
     """Routes calls to the curator that owns a user; looks the named actors up lazily."""
 
     def __init__(self, n: int, namespace: str) -> None:
-        self._n, self._namespace = n, namespace
-        self._handles: dict[int, Any] = {}
-
-    def handle(self, index: int) -> Any:
-        if index not in self._handles:
-            try:
-                self._handles[index] = ray.get_actor(curator_name(index), namespace=self._namespace)
-            except ValueError as exc:
-                raise ServiceUnavailable(f"user curator {index} is not running: {exc}") from exc
-        return self._handles[index]
-
-    def index_for(self, tenant: str, user: str) -> int:
-        return shard_for(user_key(tenant, user), self._n)
+        super().__init__(n, namespace, curator_name, "user curator")
 
     async def after_l1(self, tenant: str, user: str) -> dict[str, Any]:
-        return await self.handle(self.index_for(tenant, user)).after_l1.remote(tenant, user)
+        return await self.owner(tenant, user).after_l1.remote(tenant, user)
 
     async def activity(self, tenant: str, user: str) -> None:
-        await self.handle(self.index_for(tenant, user)).activity.remote(tenant, user)
+        await self.owner(tenant, user).activity.remote(tenant, user)
 
     async def run_now(self, tenant: str, user: str) -> dict[str, Any]:
-        return await self.handle(self.index_for(tenant, user)).run_now.remote(tenant, user)
+        return await self.owner(tenant, user).run_now.remote(tenant, user)
 
     async def stats(self) -> list[dict[str, Any]]:
         return list(await asyncio.gather(*(self.handle(i).stats.remote() for i in range(self._n))))

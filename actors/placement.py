@@ -9,11 +9,11 @@ from typing import Any
 
 import ray
 
+from actors.routing import ActorRouter
 from actors.shard import SessionShard
 from mnemoflow.config import Settings
-from mnemoflow.errors import InvalidInput, ServiceUnavailable
+from mnemoflow.errors import InvalidInput
 from mnemoflow.offload.entries import SessionAppend
-from mnemoflow.sharding import session_key, shard_for
 
 log = logging.getLogger(__name__)
 
@@ -51,24 +51,11 @@ def build_shards(settings: Settings) -> list[Any]:
     return handles
 
 
-class ShardClient:
+class ShardClient(ActorRouter):
     """Routes calls to the shard that owns a session; looks the named actors up lazily."""
 
     def __init__(self, settings: Settings) -> None:
-        self._n = settings.session_shards
-        self._namespace = settings.ray_namespace
-        self._handles: dict[int, Any] = {}
-
-    def handle(self, index: int) -> Any:
-        if index not in self._handles:
-            try:
-                self._handles[index] = ray.get_actor(shard_name(index), namespace=self._namespace)
-            except ValueError as exc:
-                raise ServiceUnavailable(f"session shard {index} is not running: {exc}") from exc
-        return self._handles[index]
-
-    def index_for(self, tenant: str, session: str) -> int:
-        return shard_for(session_key(tenant, session), self._n)
+        super().__init__(settings.session_shards, settings.ray_namespace, shard_name, "session shard")
 
     async def notify(self, appended: list[SessionAppend]) -> None:
         """Send each shard the new entries of its sessions, one call per shard, all shards at once."""
@@ -79,11 +66,11 @@ class ShardClient:
         await asyncio.gather(*(self.handle(i).sync.remote(u) for i, u in by_shard.items()))
 
     async def get_state(self, tenant: str, session: str) -> dict[str, Any]:
-        return await self.handle(self.index_for(tenant, session)).get_state.remote(tenant, session)
+        return await self.owner(tenant, session).get_state.remote(tenant, session)
 
     async def compact(self, tenant: str, session: str, messages: list[dict[str, Any]], window: int) -> dict[str, Any]:
         """Compaction runs in the shard that owns the session; a refused request raises InvalidInput."""
-        result = await self.handle(self.index_for(tenant, session)).compact.remote(tenant, session, messages, window)
+        result = await self.owner(tenant, session).compact.remote(tenant, session, messages, window)
         if "error" in result:
             raise InvalidInput(result["error"])
         return result

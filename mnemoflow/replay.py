@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from mnemoflow.events import ToolResultIn, TurnIn
-from mnemoflow.ids import ID_PATTERN
-
-_ID_RE = re.compile(ID_PATTERN)
+from mnemoflow.ids import check_id
 
 
 def safe_id(raw: str) -> str:
     """``raw`` if it is a valid id, else a readable prefix plus a short hash (stable across runs)."""
-    if _ID_RE.fullmatch(raw) and ".." not in raw:
-        return raw
+    try:
+        return check_id(raw)
+    except ValueError:
+        pass
     cleaned = re.sub(r"[^A-Za-z0-9_.:@-]+", "_", raw).strip("._")[:100] or "id"
     return f"{cleaned.replace('..', '_')}-{hashlib.sha1(raw.encode()).hexdigest()[:10]}"
 

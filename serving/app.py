@@ -33,13 +33,11 @@ class ApiIngress:
     def _recaller(self) -> Any:
         """Recall in this replica: the embedder in-process, the atom index opened read-mostly (SQLite in WAL
         mode lets the extractor replica write while this one reads)."""
-        from mnemoflow.embedding.factory import build_embedder
         from mnemoflow.memory.recall import Recaller
         from mnemoflow.storage import LocalFileStore
-        from mnemoflow.stores.factory import open_store
+        from mnemoflow.stores.factory import open_index
 
-        embedder = build_embedder(self._settings)
-        store = open_store(self._settings, dim=embedder.dim, embedding_model=embedder.model_id)
+        embedder, store = open_index(self._settings)
         return Recaller(store=store, embedder=embedder, files=LocalFileStore(self._settings.data_dir))
 
 

@@ -15,25 +15,21 @@ from typing import Any
 from ray import serve
 
 from mnemoflow.config import Settings
-from mnemoflow.embedding.factory import build_embedder
 from mnemoflow.memory.engines import l1_engines
 from mnemoflow.memory.l1_pipeline import L1Pipeline
 from mnemoflow.ports import SystemClock
 from mnemoflow.storage import LocalFileStore
-from mnemoflow.stores.factory import open_store
+from mnemoflow.stores.factory import open_index
 
 
 class ExtractorServer:
     def __init__(self, settings: Settings, max_batch_size: int = 16) -> None:
         self.run.set_max_batch_size(max_batch_size)  # 1 turns batching off (the benchmark compares both)
-        embedder = build_embedder(settings)
-        llm = None
-        if settings.llm_engine != "heuristic":
-            from serving.llm import serve_llm
+        embedder, self.store = open_index(settings)
+        from actors import llm_factory
 
-            llm = serve_llm()
-        extractor, judge = l1_engines(llm)
-        self.store = open_store(settings, dim=embedder.dim, embedding_model=embedder.model_id)
+        make_llm = llm_factory(settings)
+        extractor, judge = l1_engines(make_llm() if make_llm else None)
         self._pipeline = L1Pipeline(
             files=LocalFileStore(settings.data_dir), store=self.store, embedder=embedder,
             extractor=extractor, judge=judge, clock=SystemClock(),

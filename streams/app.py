@@ -128,20 +128,13 @@ def build_app(
     @app.agent(jobs, name="run-l1-jobs")
     async def run_jobs(stream: faust.StreamT) -> None:
         async for events in stream.take_events(64, within=0.2):
+            if run_l1 is None:
+                await park(events, "no extractor is wired to this worker")
+                continue
             parsed = parse_batch(L1Job, [ev.value or b"" for ev in events])
             for i, rejected in parsed.rejected:
                 await park([events[i]], f"invalid job: {rejected.reason}")
-            if run_l1 is None:
-                await park([ev for ev in events], "no extractor is wired to this worker")
-                continue
-            due: dict[tuple[str, str], L1Job] = {}
-            for job in parsed.events:
-                if job.kind == "session_end":
-                    started = scheduler.on_session_end(job.tenant, job.user, datetime.now(UTC))
-                    if started is not None:
-                        due[(job.tenant, job.user)] = started
-                else:
-                    due[(job.tenant, job.user)] = job
+            due = scheduler.runs_for(parsed.events, datetime.now(UTC))
             while due:  # catch-up runs (turns that arrived during a run) follow at once
                 due = await _run_all(due)
 

@@ -89,6 +89,17 @@ class L1Scheduler:
         state, decision = self.triggers.on_session_end(self._load((tenant, user)), now)
         return self._settle((tenant, user), state, decision, now)
 
+    def runs_for(self, jobs: Iterable[L1Job], now: datetime) -> dict[UserKey, L1Job]:
+        """One run per user for a batch of jobs: ``run`` jobs as they are, ``session_end`` jobs through the
+        trigger machine (which starts a run only when turns are pending)."""
+        runs: dict[UserKey, L1Job] = {}
+        for job in jobs:
+            key = (job.tenant, job.user)
+            run = self.on_session_end(job.tenant, job.user, now) if job.kind == "session_end" else job
+            if run is not None:
+                runs[key] = run
+        return runs
+
     def due(self, now: datetime) -> list[L1Job]:
         """Fire the wake-ups whose time has come (idle extraction, retries after a failure)."""
         jobs = []

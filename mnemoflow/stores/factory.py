@@ -8,6 +8,7 @@ allows one process per file.
 from __future__ import annotations
 
 from mnemoflow.config import Settings
+from mnemoflow.ports.embedder import Embedder
 from mnemoflow.ports.vectors import VectorStore
 
 
@@ -24,3 +25,11 @@ def open_store(settings: Settings, *, dim: int, embedding_model: str) -> VectorS
 
     (settings.data_dir / "index").mkdir(parents=True, exist_ok=True)
     return SqliteVectorStore.open(index_path(settings), dim=dim, embedding_model=embedding_model)
+
+
+def open_index(settings: Settings) -> tuple[Embedder, VectorStore]:
+    """The configured embedder and the atom index opened for its model: what extraction and recall both need."""
+    from mnemoflow.embedding.factory import build_embedder
+
+    embedder = build_embedder(settings)
+    return embedder, open_store(settings, dim=embedder.dim, embedding_model=embedder.model_id)
