@@ -3,7 +3,8 @@
 Sources, strongest first: constructor arguments, ``MNEMOFLOW_*`` environment variables, the TOML file named by
 ``MNEMOFLOW_CONFIG`` (or ``mnemoflow.toml`` in the working directory), defaults. Defaults give the embedded
 shape: no Kafka bootstrap means "start the tansu broker from its wheel"; no Ray address means "start Ray here".
-Nested values take a double underscore in the environment, for example ``MNEMOFLOW_API_KEYS='{"acme": "k1"}'``.
+Nested values take a double underscore in the environment, for example ``MNEMOFLOW_API_KEYS='{"acme": "k1"}'``;
+while rotating a tenant's key, list both: ``'{"acme": ["old", "new"]}'`` (either works until "old" is removed).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -27,12 +28,26 @@ TOPIC_TURNS = "mnemoflow.turns"
 TOPIC_TOOL_RESULTS = "mnemoflow.tool-results"
 TOPIC_JOBS = "mnemoflow.jobs"
 TOPIC_DEAD_LETTERS = "mnemoflow.dead-letters"
+WORKER_GROUP = "mnemoflow"
+"""The Faust app id, hence the Kafka consumer group of the workers (``/health`` reads its members and lag)."""
+
+
+class RateLimit(BaseModel):
+    """A token bucket: ``burst`` requests at once, refilled at ``per_second``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    per_second: float = Field(gt=0)
+    burst: int = Field(ge=1)
 
 
 class Settings(BaseSettings):
     """Every endpoint and size of a mnemoflow deployment."""
 
-    model_config = SettingsConfigDict(env_prefix="MNEMOFLOW_", env_nested_delimiter="__", extra="forbid")
+    # hide_input_in_errors: a refused api_keys value must not print the keys into a log.
+    model_config = SettingsConfigDict(
+        env_prefix="MNEMOFLOW_", env_nested_delimiter="__", extra="forbid", hide_input_in_errors=True
+    )
 
     data_dir: Path = Field(Path("./data"), description="Root of the human-readable layers (one folder per tenant).")
 
@@ -52,10 +67,22 @@ class Settings(BaseSettings):
 
     api_host: str = "127.0.0.1"
     api_port: int = Field(8000, ge=0, le=65535)
-    api_keys: dict[str, SecretStr] = Field(
-        default_factory=dict, description="tenant -> API key. Empty: `mnemoflow up` makes one for tenant 'default'."
+    api_keys: dict[str, list[SecretStr]] = Field(
+        default_factory=dict,
+        description="tenant -> API key, or a list of keys (oldest first) to rotate without downtime. "
+        "Empty: `mnemoflow up` makes one for tenant 'default'.",
+    )
+    rate_limit_per_second: float = Field(
+        300.0, gt=0, description="Requests per second per tenant per API replica (token bucket refill rate)."
+    )
+    rate_limit_burst: int = Field(600, ge=1, description="Requests a tenant may send at once (bucket size).")
+    rate_limits: dict[str, RateLimit] = Field(
+        default_factory=dict, description="Per-tenant overrides, e.g. {'acme': {'per_second': 50, 'burst': 100}}."
     )
     max_body_bytes: int = Field(1 << 20, ge=1024)
+    health_timeout_seconds: float = Field(
+        1.5, gt=0, le=30, description="Deadline of the /health checks (run at once; a late one counts as failing)."
+    )
 
     worker_batch_size: int = Field(1000, ge=1)
     worker_batch_seconds: float = Field(0.05, gt=0)
@@ -96,19 +123,50 @@ class Settings(BaseSettings):
     )
     llm_num_gpus: float = Field(0.0, ge=0, description="GPUs per llm replica (1 for vLLM on a GPU node).")
 
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _one_key_is_a_list_of_one(cls, keys: object) -> object:
+        if isinstance(keys, dict):
+            return {tenant: [k] if isinstance(k, str | SecretStr) else k for tenant, k in keys.items()}
+        return keys
+
     @field_validator("api_keys")
     @classmethod
-    def _tenants_are_ids(cls, keys: dict[str, SecretStr]) -> dict[str, SecretStr]:
-        for tenant in keys:
+    def _keys_belong_to_one_tenant(cls, keys: dict[str, list[SecretStr]]) -> dict[str, list[SecretStr]]:
+        """A key shared by two tenants would let the ring pick either: refuse it here, naming tenants, not keys."""
+        owner: dict[str, str] = {}
+        for tenant, tenant_keys in keys.items():
             check_id(tenant)
+            if not tenant_keys:
+                raise ValueError(f"tenant {tenant!r} has no API key")
+            for key in tenant_keys:
+                secret = key.get_secret_value()
+                if not secret:
+                    raise ValueError(f"tenant {tenant!r} has an empty API key")
+                if owner.setdefault(secret, tenant) != tenant:
+                    raise ValueError(
+                        f"tenants {owner[secret]!r} and {tenant!r} share an API key; each key must name one tenant"
+                    )
         return keys
+
+    @field_validator("rate_limits")
+    @classmethod
+    def _limited_tenants_are_ids(cls, limits: dict[str, RateLimit]) -> dict[str, RateLimit]:
+        for tenant in limits:
+            check_id(tenant)
+        return limits
+
+    def rate_limit_for(self, tenant: str) -> RateLimit:
+        """The tenant's override, else the default rate and burst."""
+        return self.rate_limits.get(tenant) or RateLimit(per_second=self.rate_limit_per_second,
+                                                         burst=self.rate_limit_burst)  # fmt: skip
 
     def to_env(self) -> dict[str, str]:
         """These settings as ``MNEMOFLOW_*`` variables, so a child process (the Faust worker) sees the same."""
         env = {}
         for name, value in self.model_dump(mode="json", exclude_none=True).items():
             if name == "api_keys":
-                value = {tenant: key.get_secret_value() for tenant, key in self.api_keys.items()}
+                value = {tenant: [k.get_secret_value() for k in keys] for tenant, keys in self.api_keys.items()}
             elif name == "llm_api_key" and self.llm_api_key is not None:
                 value = self.llm_api_key.get_secret_value()
             env[f"MNEMOFLOW_{name.upper()}"] = value if isinstance(value, str) else json.dumps(value)

@@ -1,4 +1,4 @@
-"""Per-tenant API keys and the request body limit."""
+"""Per-tenant API keys, per-tenant rate limits and the request body limit."""
 
 from __future__ import annotations
 
@@ -9,12 +9,18 @@ from fastapi import HTTPException, Request
 from pydantic import SecretStr
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mnemoflow.ratelimit import RateLimiter, retry_after
+
 
 class KeyRing:
-    """Maps an API key to its tenant with constant-time comparisons against every key."""
+    """Maps an API key to its tenant with constant-time comparisons against every key.
 
-    def __init__(self, keys: dict[str, SecretStr]) -> None:
-        self._keys = [(tenant, key.get_secret_value().encode()) for tenant, key in keys.items()]
+    A tenant may hold several keys (rotation: add the new key, move clients, remove the old one); settings refuse
+    a key shared by two tenants, so at most one tenant matches.
+    """
+
+    def __init__(self, keys: dict[str, list[SecretStr]]) -> None:
+        self._keys = [(tenant, key.get_secret_value().encode()) for tenant, ring in keys.items() for key in ring]
 
     def tenant_for(self, presented: str) -> str | None:
         candidate = presented.encode()
@@ -31,6 +37,29 @@ class KeyRing:
         tenant = self.tenant_for(presented) if presented else None
         if tenant is None:
             raise HTTPException(401, "missing or unknown API key (send 'Authorization: Bearer <key>')")
+        return tenant
+
+
+class TenantGate:
+    """FastAPI dependency of the authenticated routes: the key resolves the tenant (else 401), then the tenant's
+    token bucket admits the request (else 429 with ``Retry-After``). Unknown keys never reach a bucket, so the
+    limiter holds at most one bucket per configured tenant."""
+
+    def __init__(self, keys: KeyRing, limiter: RateLimiter) -> None:
+        self._keys = keys
+        self._limiter = limiter
+
+    def __call__(self, request: Request) -> str:
+        tenant = self._keys(request)
+        wait = self._limiter.acquire(tenant)
+        if wait > 0:
+            limit, seconds = self._limiter.limit(tenant), retry_after(wait)
+            raise HTTPException(
+                429,
+                f"rate limit of tenant {tenant} exceeded ({limit.per_second:g} requests/s, burst {limit.burst}); "
+                f"retry in {seconds}s",
+                headers={"Retry-After": str(seconds)},
+            )
         return tenant
 
 

@@ -26,8 +26,8 @@ def _settings(data_dir: Path | None) -> Settings:
 def _api_key(settings: Settings, key: str | None) -> str:
     if key:
         return key
-    if settings.api_keys:
-        return next(iter(settings.api_keys.values())).get_secret_value()
+    if settings.api_keys:  # the first tenant's newest key (keys are listed oldest first)
+        return next(iter(settings.api_keys.values()))[-1].get_secret_value()
     path = settings.data_dir / "api-key"
     if path.exists():
         return path.read_text().strip()

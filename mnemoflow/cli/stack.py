@@ -48,7 +48,7 @@ def ensure_api_key(settings: Settings) -> Settings:
         path.write_text(secrets.token_urlsafe(24) + "\n")
         path.chmod(0o600)
     key = path.read_text().strip()
-    return settings.model_copy(update={"api_keys": {DEFAULT_TENANT: SecretStr(key)}})
+    return settings.model_copy(update={"api_keys": {DEFAULT_TENANT: [SecretStr(key)]}})
 
 
 class Stack:
