@@ -24,6 +24,10 @@ class ActorRouter:
                 raise ServiceUnavailable(f"{self._what} {index} is not running: {exc}") from exc
         return self._handles[index]
 
+    def forget(self, index: int) -> None:
+        """Drop a cached handle whose call failed, so the next call looks the name up again (a new actor)."""
+        self._handles.pop(index, None)
+
     def index_for(self, tenant: str, key: str) -> int:
         return shard_for(f"{tenant}/{key}", self._n)
 

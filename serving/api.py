@@ -1,12 +1,14 @@
 """The HTTP API under ``/v1``: submit events, short-term and long-term memory routes, health and metrics.
 
 ``create_api`` builds a plain FastAPI app from settings and injected collaborators, so it runs the same under
-Ray Serve (see :mod:`serving.app`) and under a test client with fakes.
+Ray Serve (see :mod:`serving.app`) and under a test client with fakes. Authenticated routes resolve the tenant
+from the key, then apply the tenant's rate limit. ``/health/live`` says the process serves (Kubernetes liveness);
+``/health`` is readiness: every dependency check passes (200) or the report names what fails (503).
 """
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -17,7 +19,9 @@ from pydantic import BaseModel, Field
 from mnemoflow.config import TOPIC_TOOL_RESULTS, TOPIC_TURNS, Settings
 from mnemoflow.errors import InvalidInput, MnemoflowError, ServiceUnavailable
 from mnemoflow.events import ToolResultEvent, ToolResultIn, TurnEvent, TurnIn
+from mnemoflow.health import Check, run_checks
 from mnemoflow.memory.recall import Recaller
+from mnemoflow.ratelimit import RateLimiter
 from mnemoflow.sharding import shard_for
 from mnemoflow.storage import LocalFileStore
 from serving.bus import EventBus
@@ -25,7 +29,7 @@ from serving.deps import ApiDeps, Compactor, StateReader
 from serving.metrics import ApiMetrics
 from serving.routes_memory import memory_router
 from serving.routes_offload import offload_router
-from serving.security import BodyLimit, KeyRing
+from serving.security import BodyLimit, KeyRing, TenantGate
 
 log = logging.getLogger(__name__)
 
@@ -42,19 +46,27 @@ class Accepted(BaseModel):
     accepted: int
 
 
+HealthChecks = Callable[[ApiDeps], Mapping[str, Check]]
+"""Builds the readiness checks from the API's own collaborators (the atom index check reads through them)."""
+
+
 def create_api(
     settings: Settings,
     bus: EventBus,
     session_state: StateReader | None = None,
     compact: Compactor | None = None,
     recaller_factory: Callable[[], Recaller] | None = None,
+    health_checks: HealthChecks | None = None,
+    timer: Callable[[], float] = time.monotonic,
 ) -> FastAPI:
+    """``health_checks`` None: ``/health`` has nothing to check and says ok. ``timer`` drives the rate limits."""
     app = FastAPI(title="mnemoflow", version="0.1.0", description="Memory service for fleets of LLM agents.")
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    keys = KeyRing(settings.api_keys)
+    gate = TenantGate(KeyRing(settings.api_keys), RateLimiter(settings.rate_limit_for, timer))
     deps = ApiDeps(settings, bus, LocalFileStore(settings.data_dir), session_state, compact, recaller_factory)
+    checks = dict(health_checks(deps)) if health_checks is not None else {}
     metrics = ApiMetrics()
-    Tenant = Annotated[str, Depends(keys)]
+    Tenant = Annotated[str, Depends(gate)]
 
     @app.middleware("http")
     async def _observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -97,12 +109,19 @@ def create_api(
         metrics.events.labels("tool_result").inc(len(events))
         return Accepted(accepted=len(events))
 
-    app.include_router(offload_router(deps, keys))
-    app.include_router(memory_router(deps, keys))
+    app.include_router(offload_router(deps, gate))
+    app.include_router(memory_router(deps, gate))
+
+    @app.get("/health/live")
+    async def live() -> dict[str, str]:
+        """Liveness: this process serves requests. Depends on nothing else, so a broker outage never restarts it."""
+        return {"status": "ok"}
 
     @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    async def health() -> JSONResponse:
+        """Readiness: every dependency, checked at once under one deadline; 503 names the failing ones."""
+        report = await run_checks(checks, timeout=settings.health_timeout_seconds)
+        return JSONResponse(report.payload(), status_code=200 if report.ok else 503)
 
     @app.get("/metrics")
     async def prometheus() -> Response:

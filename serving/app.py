@@ -24,10 +24,12 @@ class ApiIngress:
         from actors import ShardClient
         from serving.api import create_api
         from serving.bus import KafkaBus
+        from serving.health import runtime_checks
 
         shards = ShardClient(self._settings)
+        checks = runtime_checks(self._settings, self._bootstrap, shards)
         return create_api(
-            self._settings, KafkaBus(self._bootstrap), shards.get_state, shards.compact, self._recaller
+            self._settings, KafkaBus(self._bootstrap), shards.get_state, shards.compact, self._recaller, checks
         )
 
     def _recaller(self) -> Any:

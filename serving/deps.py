@@ -13,13 +13,15 @@ from mnemoflow.config import Settings
 from mnemoflow.errors import ServiceUnavailable
 from mnemoflow.ids import SafeId
 from mnemoflow.memory.recall import Recaller
+from mnemoflow.offload.replies import CompactReply
+from mnemoflow.offload.session_state import SessionState
 from mnemoflow.storage import LocalFileStore
 from serving.bus import EventBus
 
 PathId = Annotated[SafeId, Path(description="an id: letters, digits, _ - . : @; no path characters")]
 
-StateReader = Callable[[str, str], Awaitable[dict[str, Any]]]
-Compactor = Callable[[str, str, list[dict[str, Any]], int], Awaitable[dict[str, Any]]]
+StateReader = Callable[[str, str], Awaitable[SessionState]]
+Compactor = Callable[[str, str, list[dict[str, Any]], int], Awaitable[CompactReply]]
 
 
 @dataclass
@@ -31,13 +33,19 @@ class ApiDeps:
     compact: Compactor | None = None
     recaller_factory: Callable[[], Recaller] | None = None
     _recaller: Recaller | None = field(default=None, init=False)
-    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    _building: asyncio.Future[Recaller] | None = field(default=None, init=False)
 
     async def recaller(self) -> Recaller:
-        """Built on first use (it loads the embedding model and opens the index), off the event loop."""
+        """Built once, on first use (it loads the embedding model and opens the index), off the event loop.
+
+        Callers share one build and wait for it shielded: a caller that gives up (``/health`` has a deadline)
+        leaves the build running for the next one. A build that failed is tried again by the next caller.
+        """
         if self.recaller_factory is None:
             raise ServiceUnavailable("long-term memory is not configured on this API")
-        async with self._lock:
-            if self._recaller is None:
-                self._recaller = await asyncio.to_thread(self.recaller_factory)
+        if self._recaller is None:
+            build = self._building
+            if build is None or (build.done() and (build.cancelled() or build.exception() is not None)):
+                build = self._building = asyncio.ensure_future(asyncio.to_thread(self.recaller_factory))
+            self._recaller = await asyncio.shield(build)
         return self._recaller

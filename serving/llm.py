@@ -37,6 +37,11 @@ class LLMServer:
             messages, output_model, max_tokens=max_tokens, temperature=temperature, stage=stage
         )
 
+    async def check(self) -> str:
+        """Readiness of this replica, for ``/health``: an engine with a remote server pings it (``ping``)."""
+        ping = getattr(self._engine, "ping", None)
+        return await ping() if ping is not None else f"{type(self._engine).__name__} loaded"
+
     def usage(self) -> dict[str, Any]:
         return {name: vars(totals) for name, totals in self._engine.usage.stages().items()}
 

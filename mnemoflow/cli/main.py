@@ -144,11 +144,25 @@ def reembed(data_dir: Annotated[Path | None, typer.Option(help="Where the layers
 def status(
     api: Annotated[str, typer.Option(help="API base URL.")] = "http://127.0.0.1:8000",
 ) -> None:
-    """Is the API up? Exit code 1 if not."""
+    """The API's readiness report, one row per dependency. Exit code 1 when degraded or down."""
+    from rich.markup import escape
+
+    from mnemoflow.health import HealthReport
+
     try:
         response = httpx.get(f"{api}/health", timeout=5)
-        response.raise_for_status()
-    except httpx.HTTPError as exc:
-        console.print(f"[red]down[/]: {api} ({exc})")
+        report = HealthReport.model_validate({"checks": response.json()["checks"]})
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:  # no answer, or not a health report
+        console.print(f"[red]down[/]: {api} ({escape(str(exc))})")
         raise typer.Exit(1) from exc
-    console.print(f"[green]up[/]: {api} {response.json()}")
+    ok = report.ok and response.status_code == 200
+    table = Table(title=f"{api}: {'[green]ok[/]' if ok else '[red]degraded[/]'}")
+    for column in ("check", "state", "detail"):
+        table.add_column(column)
+    table.add_column("latency", justify="right")
+    for check in report.checks:
+        state = "[green]ok[/]" if check.ok else "[red]failing[/]"
+        table.add_row(check.name, state, escape(check.detail), f"{check.latency_ms:.0f} ms")
+    console.print(table)
+    if not ok:
+        raise typer.Exit(1)

@@ -217,7 +217,7 @@ def _wait_healthy(url: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+            if httpx.get(f"{url}/health/live", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass

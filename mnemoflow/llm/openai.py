@@ -85,6 +85,18 @@ class OpenAIEngine(StructuredEngine):
         self.usage = usage if usage is not None else LLMUsage()
 
 
+    async def ping(self, timeout: float = 1.0) -> str:
+        """Readiness: the server answers ``GET /v1/models``. Any answer but 401/403 or a 5xx counts: some servers
+        (and the test fakes) serve chat completions without listing models; a refused key is not ready."""
+        url = self._url.removesuffix("/chat/completions") + "/models"
+        try:
+            response = await self._client.get(url, headers=self._headers, timeout=timeout)
+        except httpx.HTTPError as exc:
+            raise ServiceUnavailable(f"LLM server {url} unreachable: {type(exc).__name__} {exc}") from exc
+        if response.status_code in (401, 403) or response.status_code >= 500:
+            raise ServiceUnavailable(f"LLM server {url} answered {response.status_code}")
+        return f"{url} answered {response.status_code}"
+
     async def aclose(self) -> None:
         if self._owns_client:
             await self._client.aclose()

@@ -83,6 +83,11 @@ class Recaller:
         self.config = config or RecallConfig()
         self.tools = tools or ToolNames()
 
+    @property
+    def store(self) -> VectorStore:
+        """The atom index this recaller searches (``/health`` probes it)."""
+        return self._store
+
     def hits(self, tenant: str, user: str, query: str, vector: Sequence[float] | None = None,
              config: RecallConfig | None = None, k: int | None = None) -> list[Hit]:
         """The search alone; embeds the query unless ``vector`` is given (the bench times it without)."""

@@ -208,9 +208,37 @@ def test_bad_input_gets_a_reason_and_writes_nothing(
     assert not list(tenant_dir.rglob("*intruder*")) and not (stack.settings.data_dir / "intruder").exists()
 
 
-def test_health_and_metrics_through_serve(stack: Stack) -> None:
-    assert httpx.get(f"{stack.info.api_url}/health").json() == {"status": "ok"}
-    metrics = httpx.get(f"{stack.info.api_url}/metrics").text
+def wait_health(url: str, status: int, timeout: float = 90) -> dict:
+    deadline = time.monotonic() + timeout
+    response = httpx.get(f"{url}/health", timeout=10)
+    while response.status_code != status and time.monotonic() < deadline:
+        time.sleep(1.0)
+        response = httpx.get(f"{url}/health", timeout=10)
+    assert response.status_code == status, response.text
+    return response.json()
+
+
+def test_health_reports_each_dependency_and_a_stopped_worker_through_serve(stack: Stack) -> None:
+    url = stack.info.api_url
+    assert httpx.get(f"{url}/health/live").json() == {"status": "ok"}
+    body = wait_health(url, 200)  # the worker group settles after the SIGKILL and restart above
+    checks = {c["name"]: c for c in body["checks"]}
+    assert body["status"] == "ok" and list(checks) == ["broker", "worker", "session_shards", "curators", "atom_index"]
+    assert "Stable" in checks["worker"]["detail"] and "mnemoflow.turns" in checks["worker"]["detail"]
+    assert checks["session_shards"]["detail"] == "4/4 alive", checks
+    started = time.monotonic()
+    httpx.get(f"{url}/health", timeout=10)
+    assert time.monotonic() - started < 2.5
+
+    stack.kill_worker(signal.SIGTERM)  # a clean stop leaves the group at once
+    try:
+        degraded = wait_health(url, 503, timeout=30)
+        assert degraded["status"] == "degraded" and degraded["failing"] == ["worker"], degraded
+        assert httpx.get(f"{url}/health/live").status_code == 200
+    finally:
+        stack.start_worker()
+    wait_health(url, 200)
+    metrics = httpx.get(f"{url}/metrics").text
     assert "mnemoflow_events_submitted_total" in metrics
 
 

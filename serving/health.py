@@ -1,0 +1,91 @@
+"""The checks behind ``/health`` in a running stack: the broker and the Faust workers (:mod:`serving.health_kafka`),
+the named Ray actors, the atom index the API reads for recall, and the model when one is configured.
+
+Each check is a coroutine function that returns a short detail or raises; :func:`mnemoflow.health.run_checks`
+runs them at once under one deadline and cancels what is late. Blocking calls (a Ray name lookup, the index
+query) run on small executors of their own: a hung dependency holds at most those threads, never the ones recall
+and search use, and work still queued when the deadline passes is dropped with its cancelled future.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
+from functools import partial
+from typing import Any
+
+from actors.routing import ActorRouter
+from mnemoflow.config import Settings
+from mnemoflow.errors import ServiceUnavailable
+from mnemoflow.health import Check
+from serving.deps import ApiDeps
+from serving.health_kafka import KafkaProbe
+
+PROBE_SCOPE = ("health", "probe")
+"""The (tenant, user) the index probe counts: a query on the index's scope key, cheap at any size."""
+
+
+async def actors_alive(router: ActorRouter, n: int, lookup: Executor) -> str:
+    """Each of the ``n`` named actors answers ``stats()`` (a restarting actor answers once it is back)."""
+    loop = asyncio.get_running_loop()
+
+    async def ping(index: int) -> str | None:
+        try:
+            handle = await loop.run_in_executor(lookup, router.handle, index)
+            await handle.stats.remote()
+        except Exception as exc:  # noqa: BLE001 - any failure of one actor is reported, the others still count
+            router.forget(index)
+            return f"#{index} {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+        return None
+
+    failures = [f for f in await asyncio.gather(*(ping(i) for i in range(n))) if f is not None]
+    if failures:
+        raise ServiceUnavailable(f"{n - len(failures)}/{n} alive; " + "; ".join(failures))
+    return f"{n}/{n} alive"
+
+
+async def atom_index(deps: ApiDeps, query: Executor) -> str:
+    """The index the API opened for recall answers a count (opening it first, on the first probe)."""
+    store = (await deps.recaller()).store
+    await asyncio.get_running_loop().run_in_executor(query, store.count, *PROBE_SCOPE)
+    return f"readable ({store.embedding_model}, dim {store.dim})"
+
+
+class LlmProbe:
+    """The ``llm`` Serve application answers ``check()``; its replica pings an OpenAI-compatible upstream."""
+
+    def __init__(self, lookup: Executor, app_name: str = "llm") -> None:
+        self._lookup, self._app_name = lookup, app_name
+        self._handle: Any = None
+
+    async def __call__(self) -> str:
+        if self._handle is None:
+            from ray import serve
+
+            loop = asyncio.get_running_loop()
+            self._handle = await loop.run_in_executor(self._lookup, serve.get_app_handle, self._app_name)
+        return str(await self._handle.check.remote())
+
+
+def runtime_checks(settings: Settings, bootstrap: str, shards: ActorRouter) -> Callable[[ApiDeps], dict[str, Check]]:
+    """The checks of one API replica, for :func:`serving.api.create_api` (built once: they hold clients)."""
+    from actors import CuratorClient
+
+    def build(deps: ApiDeps) -> dict[str, Check]:
+        ray_lookup = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemoflow-health-ray")
+        index_query = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemoflow-health-index")
+        kafka = KafkaProbe(bootstrap)
+        curators = CuratorClient(settings.curator_shards, settings.ray_namespace)
+        checks: dict[str, Check] = {
+            "broker": kafka.broker,
+            "worker": kafka.worker,
+            "session_shards": partial(actors_alive, shards, settings.session_shards, ray_lookup),
+            "curators": partial(actors_alive, curators, settings.curator_shards, ray_lookup),
+            "atom_index": partial(atom_index, deps, index_query),
+        }
+        if settings.llm_engine != "heuristic":
+            checks["llm"] = LlmProbe(ray_lookup)
+        return checks
+
+    return build
