@@ -8,6 +8,8 @@ INSTALLED := $(VENV)/.installed
 WHEELS ?= $(HOME)/.cache/mnemoflow-wheels
 LLAMA := llama-cpp-python==0.3.36
 MERMAID := tools/mermaid-check/node_modules/.installed
+# The embedded broker's Apache Kafka jars, resolved from Maven Central (the marker is fetch.sh's own).
+KAFKA := .cache/kafka/.complete
 
 .PHONY: install up test test-fast bench
 
@@ -22,18 +24,19 @@ $(MERMAID): tools/mermaid-check/package-lock.json
 	npm ci --prefix tools/mermaid-check --no-audit --no-fund --loglevel=error
 	touch $@
 
-install: $(INSTALLED)
+$(KAFKA): tools/kafka/pom.xml
+	bash tools/kafka/fetch.sh > /dev/null
 
-up: $(INSTALLED)
+install: $(INSTALLED) $(KAFKA)
+
+up: install
 	$(BIN)/mnemoflow up
 
-test: $(INSTALLED) $(MERMAID)
-	bash tests/kafka/fetch.sh > /dev/null
+test: install $(MERMAID)
 	$(BIN)/python -m pytest
 
 test-fast: $(INSTALLED)
 	$(BIN)/python -m pytest -m "not integration"
 
-bench: $(INSTALLED)
-	bash tests/kafka/fetch.sh > /dev/null
+bench: install
 	$(BIN)/python bench/ingest.py --quick

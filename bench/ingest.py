@@ -1,5 +1,5 @@
-"""Ingest benchmark: events/s into L0 on disk, from direct Kafka produce and from the API, on Apache Kafka and
-tansu; and the RSS of the whole embedded stack, idle and after the load.
+"""Ingest benchmark: events/s into L0 on disk, from direct Kafka produce and from the API, on the embedded
+Apache Kafka (the default) and on tansu (memory only); and the RSS of the whole default stack, idle and loaded.
 
     python bench/ingest.py [--quick] [--events N] [--api-events N]
 
@@ -7,7 +7,7 @@ Prints a table and writes bench/results/ingest.json. The clock starts at the fir
 when the last line is on disk, so it measures the whole path, worker included (the worker is up and has joined
 its group before the clock starts). RSS sums every process of the stack: this driver (which hosts Ray's driver
 and the embedded broker's parent), Ray's GCS/raylet/workers, the Serve controller, proxy and replica, the shard
-actors, the Faust worker and tansu; the Apache Kafka JVM is external and not counted.
+actors, the Faust worker and the broker (the Apache Kafka JVM, or tansu).
 """
 
 from __future__ import annotations
@@ -97,8 +97,15 @@ def events(n: int, tag: str) -> list[TurnEvent]:
     now = datetime.now(UTC)
     text = "The deploy finished; latency p99 went from 180 ms to 95 ms after the cache change. " * 2
     return [
-        TurnEvent(tenant="bench", message_id=f"{tag}-{i}", user=f"u{i % USERS}", session=f"s{i % USERS}",
-                  role="user" if i % 2 else "assistant", content=text, ts=now)  # fmt: skip
+        TurnEvent(
+            tenant="bench",
+            message_id=f"{tag}-{i}",
+            user=f"u{i % USERS}",
+            session=f"s{i % USERS}",
+            role="user" if i % 2 else "assistant",
+            content=text,
+            ts=now,
+        )  # fmt: skip
         for i in range(n)
     ]
 
@@ -140,10 +147,10 @@ def post_api(api: str, batch: list[TurnEvent], per_request: int = 500, threads: 
             list(pool.map(send, bodies))
 
 
-def run_one(broker: str, bootstrap: str | None, n_kafka: int, n_api: int, measure_memory: bool) -> dict:
+def run_one(broker: str, n_kafka: int, n_api: int, measure_memory: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"mnemoflow-bench-{broker}-") as tmp:
         data_dir = Path(tmp)
-        settings = Settings(data_dir=data_dir, kafka_bootstrap=bootstrap, api_port=0, api_keys={"bench": KEY})
+        settings = Settings(data_dir=data_dir, embedded_broker=broker, api_port=0, api_keys={"bench": KEY})
         stack = Stack(settings)
         info = stack.start()
         try:
@@ -178,24 +185,17 @@ def main() -> None:
     n_kafka = args.events or (20_000 if args.quick else 100_000)
     n_api = args.api_events or (5_000 if args.quick else 20_000)
 
-    from tests.services import ApacheKafka, ensure_kafka_jars
-
     started = time.perf_counter()
-    tansu = run_one("tansu", None, n_kafka, n_api, measure_memory=True)
-    with tempfile.TemporaryDirectory(prefix="mnemoflow-bench-kafka-") as kdir:
-        kafka = ApacheKafka.start(Path(kdir), ensure_kafka_jars())
-        try:
-            apache = run_one("apache", kafka.bootstrap, n_kafka, n_api, measure_memory=False)
-        finally:
-            kafka.stop()
+    apache = run_one("kafka", n_kafka, n_api, measure_memory=True)
+    tansu = run_one("tansu", n_kafka, n_api, measure_memory=False)
 
     results = {
         "kafka_to_l0_events_per_s": {"apache": round(apache["kafka_to_l0"]), "tansu": round(tansu["kafka_to_l0"])},
         "api_to_l0_events_per_s": {"apache": round(apache["api_to_l0"]), "tansu": round(tansu["api_to_l0"])},
-        "idle_rss_mib": round(tansu["idle_rss_mib"]),
-        "loaded_rss_mib": round(tansu["loaded_rss_mib"]),
-        "idle_pss_mib": round(tansu["idle_pss_mib"]),
-        "loaded_pss_mib": round(tansu["loaded_pss_mib"]),
+        "idle_rss_mib": round(apache["idle_rss_mib"]),
+        "loaded_rss_mib": round(apache["loaded_rss_mib"]),
+        "idle_pss_mib": round(apache["idle_pss_mib"]),
+        "loaded_pss_mib": round(apache["loaded_pss_mib"]),
         "events": {"kafka": n_kafka, "api": n_api},
         "quick": args.quick,
         "cpus": os.cpu_count(),
@@ -209,12 +209,12 @@ def main() -> None:
     from rich.table import Table
 
     table = Table(title=f"ingest ({n_kafka} Kafka events, {n_api} API events, {os.cpu_count()} cores)")
-    for col in ("path", "Apache Kafka", "tansu"):
+    for col in ("path", "embedded Apache Kafka (default)", "tansu (memory only)"):
         table.add_column(col)
     table.add_row("Kafka produce → L0 (events/s)", *map(str, results["kafka_to_l0_events_per_s"].values()))
     table.add_row("API submit → L0 (events/s)", *map(str, results["api_to_l0_events_per_s"].values()))
-    table.add_row("stack RSS idle / loaded (MiB)", "", f"{results['idle_rss_mib']} / {results['loaded_rss_mib']}")
-    table.add_row("stack PSS idle / loaded (MiB)", "", f"{results['idle_pss_mib']} / {results['loaded_pss_mib']}")
+    table.add_row("stack RSS idle / loaded (MiB)", f"{results['idle_rss_mib']} / {results['loaded_rss_mib']}", "")
+    table.add_row("stack PSS idle / loaded (MiB)", f"{results['idle_pss_mib']} / {results['loaded_pss_mib']}", "")
     Console().print(table)
     print(f"wrote {out}")
 

@@ -2,7 +2,7 @@
 
 Sources, strongest first: constructor arguments, ``MNEMOFLOW_*`` environment variables, the TOML file named by
 ``MNEMOFLOW_CONFIG`` (or ``mnemoflow.toml`` in the working directory), defaults. Defaults give the embedded
-shape: no Kafka bootstrap means "start the tansu broker from its wheel"; no Ray address means "start Ray here".
+shape: no Kafka bootstrap means "start the embedded Apache Kafka"; no Ray address means "start Ray here".
 Nested values take a double underscore in the environment, for example ``MNEMOFLOW_API_KEYS='{"acme": "k1"}'``;
 while rotating a tenant's key, list both: ``'{"acme": ["old", "new"]}'`` (either works until "old" is removed).
 """
@@ -57,7 +57,13 @@ class Settings(BaseSettings):
         None, ge=1, le=1024, description="Defaults to session_shards so a partition maps onto one shard."
     )
     topic_replication: int = Field(1, ge=1)
+    embedded_broker: Literal["kafka", "tansu"] = Field(
+        "kafka", description="With no bootstrap: Apache Kafka (durable, <data_dir>/kafka) or tansu (memory only)."
+    )
     embedded_broker_port: int = Field(0, ge=0, le=65535, description="0 picks a free loopback port.")
+    kafka_libs: Path | None = Field(None, description="Apache Kafka jars; None: .cache/kafka/libs (make install).")
+    embedded_kafka_heap_mb: int = Field(256, ge=128, description="JVM heap cap of the embedded Apache Kafka.")
+    embedded_kafka_fsync: bool = Field(True, description="Embedded Kafka fsyncs each produce batch before the ack.")
 
     ray_address: str | None = Field(None, description="Ray GCS address; None starts Ray locally.")
     ray_namespace: str = "mnemoflow"
@@ -87,6 +93,10 @@ class Settings(BaseSettings):
     worker_batch_size: int = Field(1000, ge=1)
     worker_batch_seconds: float = Field(0.05, gt=0)
     worker_max_attempts: int = Field(5, ge=1, description="Tries of a batch before its events go to dead letters.")
+    fsync_files: bool = Field(
+        True, description="Make file writes durable (fsync) before their Kafka offsets are committed. Off only for "
+        "throwaway data (a benchmark's comparison run): a machine crash can then lose acknowledged events.",
+    )
     l1_enabled: bool = Field(True, description="Schedule L1 extraction from the turn stream.")
     curator_shards: int = Field(2, ge=1, le=1024, description="UserCurator actors (users hashed onto them) for L2/L3.")
     curator_tick_seconds: float = Field(5.0, gt=0, description="How often a curator runs the users whose L2 is due.")

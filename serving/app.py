@@ -13,10 +13,12 @@ from fastapi import FastAPI
 from ray import serve
 
 from mnemoflow.config import Settings
+from serving.loopback import keep_replica_on_loopback
 
 
 class ApiIngress:
     def __init__(self, settings: Settings, bootstrap: str) -> None:
+        keep_replica_on_loopback()
         self._settings = settings
         self._bootstrap = bootstrap
 

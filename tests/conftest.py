@@ -6,14 +6,16 @@ import os
 
 import pytest
 
-from tests.services import ApacheKafka, apache_kafka_session
+from streams.broker_kafka import EmbeddedKafka
+from tests.services import apache_kafka_session
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_worker_niceness", "0")
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # one-machine Ray on loopback (see cli/stack.py)
 
 
 @pytest.fixture(scope="session")
-def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> ApacheKafka:
+def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> EmbeddedKafka:
     """A single-node Apache Kafka 4.x broker (KRaft) from its Maven jars, for the whole test session."""
     yield from apache_kafka_session(tmp_path_factory)

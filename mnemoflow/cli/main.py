@@ -13,7 +13,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from mnemoflow.cli.stack import Stack, StackInfo
 from mnemoflow.config import Settings
+from mnemoflow.errors import ServiceUnavailable
 
 app = typer.Typer(help="mnemoflow: memory for fleets of LLM agents.", no_args_is_help=True)
 console = Console()
@@ -49,8 +51,6 @@ def up(
     ] = None,
 ) -> None:
     """Start the stack (embedded broker unless Kafka is configured), print where each part runs, run until Ctrl-C."""
-    from mnemoflow.cli.stack import Stack
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = _settings(data_dir)
     update: dict[str, object] = {}
@@ -73,12 +73,42 @@ def up(
         console.print("[yellow]No model configured: using the deterministic heuristic engine.[/]")
     stack = Stack(settings)
     stopping = threading.Event()
+    started = False
+
+    def _on_signal(signum: int, frame: object) -> None:
+        # Before the stack is up, unwind the start (Stack.start stops what it began); after, leave the loop.
+        console.print(f"{signal.Signals(signum).name} received: stopping every part in order")
+        if not started:
+            raise KeyboardInterrupt
+        stopping.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stopping.set())
-    with console.status("starting broker, Ray, session shards, API and Faust worker..."):
-        info = stack.start()
+        signal.signal(sig, _on_signal)
+    failure: str | None = None
+    try:
+        with console.status("starting broker, Ray, session shards, API and Faust worker..."):
+            info = stack.start()
+        started = True
+        _print_up(stack, info)
+        while not stopping.wait(1.0):
+            for line in stack.supervise():
+                console.print(f"[yellow]supervisor[/]: {line}")
+    except ServiceUnavailable as exc:
+        failure = str(exc)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        with console.status("stopping..."):
+            stack.stop()
+    if failure:
+        console.print(f"[red]stopped[/]: {failure}")
+        raise typer.Exit(1)
+    console.print("stopped cleanly")
+
+
+def _print_up(stack: Stack, info: StackInfo) -> None:
     table = Table(title="mnemoflow is up", show_header=False)
-    table.add_row("Kafka", f"{info.bootstrap} ({'embedded tansu' if info.embedded_broker else 'external'})")
+    table.add_row("Kafka", f"{info.bootstrap} ({info.broker})")
     table.add_row("Ray", info.ray_address)
     table.add_row("API", f"{info.api_url}  (docs: {info.api_url}/docs)")
     table.add_row("Faust worker", f"pid {info.worker_pid}, log {stack.log_dir / 'worker.log'}")
@@ -87,15 +117,6 @@ def up(
     table.add_row("API key", str(key_file) if key_file.exists() else "from settings")
     console.print(table)
     console.print(f"READY {info.api_url}", highlight=False)
-    try:
-        while not stopping.wait(1.0):
-            if not stack.worker_alive():
-                console.print("[red]the Faust worker exited; restarting it[/]")
-                stack.start_worker()
-    finally:
-        with console.status("stopping..."):
-            stack.stop()
-        console.print("stopped cleanly")
 
 
 @app.command()

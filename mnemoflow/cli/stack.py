@@ -1,37 +1,48 @@
-"""Start and stop the whole running stack: broker, topics, Ray, session shards, Serve API, Faust worker.
+"""Start, supervise and stop the whole running stack: broker, topics, Ray, actors, Serve apps, Faust worker.
 
 This is the one place that starts runtimes; it imports ``streams``, ``actors`` and ``serving`` inside its
 methods so that importing mnemoflow stays free of them. The CLI's ``up`` and the integration tests use it.
+Every listener binds to loopback in the embedded shape; ``supervise`` restarts what died; ``stop`` stops the
+parts newest first, so the worker flushes and commits before Serve, Ray and the broker go.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import SecretStr
 
 from mnemoflow.config import Settings
 from mnemoflow.errors import ServiceUnavailable
+from mnemoflow.supervision import RestartBackoff
+
+if TYPE_CHECKING:
+    from streams import Broker
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TENANT = "default"
+LOCAL_RAY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray treats this machine as a single-node install
 
 
 @dataclass(frozen=True)
 class StackInfo:
     bootstrap: str
-    embedded_broker: bool
+    broker: str  # "external", or the embedded broker's kind
     ray_address: str
     api_url: str
     data_dir: Path
@@ -55,9 +66,12 @@ class Stack:
     def __init__(self, settings: Settings) -> None:
         self.settings = ensure_api_key(settings.model_copy(update={"data_dir": settings.data_dir.resolve()}))
         self.log_dir = self.settings.data_dir / "logs"
-        self._broker = None
+        self._broker: Broker | None = None
         self._worker: subprocess.Popen[bytes] | None = None
         self._own_ray = False
+        self._serve_apps: dict[str, Any] = {}
+        self._backoff = RestartBackoff()
+        self._next_deep_check = 0.0
         self.shards: list[object] = []
         self.curators: list[object] = []
         self.info: StackInfo | None = None
@@ -74,44 +88,59 @@ class Stack:
         except BaseException:
             self.stop()
             raise
-        self.info = StackInfo(
-            bootstrap, self._broker is not None, ray_address, api_url, self.settings.data_dir, self.worker_pid
-        )
+        broker = self._broker.kind if self._broker else "external"
+        self.info = StackInfo(bootstrap, broker, ray_address, api_url, self.settings.data_dir, self.worker_pid)
         return self.info
 
     def _start_broker(self) -> str:
-        from streams import EmbeddedBroker, ensure_topics
+        from streams import ensure_topics, open_broker
 
         bootstrap = self.settings.kafka_bootstrap
         if not bootstrap:
-            self._broker = EmbeddedBroker(self.settings.embedded_broker_port, log_file=self.log_dir / "broker.log")
+            self._broker = open_broker(self.settings, self.log_dir)
             bootstrap = self._broker.start()
+            self._backoff.started("broker", time.monotonic())
         asyncio.run(ensure_topics(bootstrap, self.settings))
         return bootstrap
 
     def _start_ray(self) -> str:
+        if not self.settings.ray_address:
+            # A one-machine Ray on loopback: without this, Ray swaps 127.0.0.1 for the machine's routable address
+            # and its servers listen on every interface (read when ray is imported, and by Ray's own processes).
+            os.environ.setdefault(LOCAL_RAY_ENV, "0")
         import ray
 
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # Ray 2.60 turns token auth on by default
+        # Token auth (Ray 2.60's default) guards the cluster shape, where Ray is reachable from other hosts; the
+        # embedded Ray listens on loopback only, where the token would only stand between us and our own parts.
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         # Ray runs its workers at nice 15; our actors and Serve replicas are the service, not background work.
         os.environ.setdefault("RAY_worker_niceness", "0")
         if not ray.is_initialized():
-            if self.settings.ray_address:
-                ray.init(address=self.settings.ray_address, namespace=self.settings.ray_namespace)
-            else:
-                self._own_ray = True
-                start_local_ray(self.settings.ray_namespace)
+            with _keep_signal_handlers():  # ray.init installs its own SIGTERM handler, which exits at once
+                if self.settings.ray_address:
+                    ray.init(address=self.settings.ray_address, namespace=self.settings.ray_namespace)
+                else:
+                    self._own_ray = True
+                    start_local_ray(self.settings.ray_namespace)
         return str(ray.get_runtime_context().gcs_address)
 
     def _start_actors(self) -> None:
+        self._build_shards()
+        self._build_curators()
+
+    def _build_shards(self) -> None:
+        from actors import build_shards
+
+        self.shards = build_shards(self.settings)  # the driver owns them: they live while it holds the handles
+
+    def _build_curators(self) -> None:
         from datetime import timedelta
 
-        from actors import build_curators, build_shards, llm_factory
+        from actors import build_curators, llm_factory
         from mnemoflow.memory.l2_schedule import L2Timing
 
         s = self.settings
-        self.shards = build_shards(s)  # the driver owns them: they live while it holds the handles
         timing = L2Timing(
             delay_after_l1=timedelta(seconds=s.l2_delay_after_l1_seconds),
             min_interval=timedelta(seconds=s.l2_min_interval_seconds),
@@ -130,23 +159,27 @@ class Stack:
         from streams.broker import free_port
 
         port = self.settings.api_port or free_port(self.settings.api_host)
-        serve.start(http_options={"host": self.settings.api_host, "port": port})
+        serve.start(http_options={"host": self.settings.api_host, "port": port}, grpc_options={"port": 0})
         if self.settings.llm_engine != "heuristic":
             from serving.llm import build_llm_app
 
-            serve.run(build_llm_app(self.settings), name="llm", route_prefix=None)
-        serve.run(build_extractor_app(self.settings), name="extractor", route_prefix=None)
-        serve.run(build_app(self.settings, bootstrap), name="mnemoflow", route_prefix="/")
+            self._serve_apps["llm"] = (build_llm_app(self.settings), None)
+        self._serve_apps["extractor"] = (build_extractor_app(self.settings), None)
+        self._serve_apps["mnemoflow"] = (build_app(self.settings, bootstrap), "/")
+        for name, (app, prefix) in self._serve_apps.items():
+            serve.run(app, name=name, route_prefix=prefix)
         url = f"http://{self.settings.api_host}:{port}"
         _wait_healthy(url, timeout=60)
         return url
 
     def start_worker(self) -> None:
         """Start (or restart) the Faust worker as a child process; its log is ``logs/worker.log``."""
+        from streams.broker import spawn
+
         env = {**os.environ, **self.settings.to_env()}
-        out = (self.log_dir / "worker.log").open("ab")
         cmd = [sys.executable, "-m", "streams.worker", "worker", "--loglevel", "warning"]
-        self._worker = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self._worker = spawn(cmd, self.log_dir / "worker.log", env=env)
+        self._backoff.started("worker", time.monotonic())
         log.info("faust worker pid=%d", self._worker.pid)
 
     def kill_worker(self, sig: int = signal.SIGKILL) -> None:
@@ -163,36 +196,142 @@ class Stack:
     def worker_pid(self) -> int | None:
         return self._worker.pid if self._worker else None
 
+    @property
+    def broker_pid(self) -> int | None:
+        return self._broker.pid if self._broker else None
+
     def worker_alive(self) -> bool:
         return self._worker is not None and self._worker.poll() is None
+
+    def supervise(self, deep_every: float = 10.0) -> list[str]:
+        """One round of supervision: restart each part found dead, when its backoff allows; say what was done.
+
+        Processes are checked every round (cheap); actors and Serve applications every ``deep_every`` seconds.
+        Ray itself is not restarted here: if it is gone, this raises ServiceUnavailable and the caller stops.
+        """
+        now = time.monotonic()
+        done: list[str] = []
+        if self._broker is not None and not self._broker.alive():
+            self._restart("broker", now, self._broker.start, done)
+        if not self.worker_alive():
+            code = self._worker.poll() if self._worker is not None else None
+            if self._restart("worker", now, self.start_worker, done):
+                done[-1] += f" (it exited with code {code}; see {self.log_dir / 'worker.log'})"
+        if now >= self._next_deep_check:
+            self._next_deep_check = now + deep_every
+            self._check_ray()
+            self._check_actors(now, done)
+            self._check_serve(now, done)
+        for line in done:
+            log.warning("supervisor: %s", line)
+        return done
+
+    def _restart(self, part: str, now: float, start: Any, done: list[str]) -> bool:
+        if not self._backoff.due(part, now):
+            return False
+        try:
+            start()
+        except Exception as exc:  # noqa: BLE001 - a failed restart is retried after the next backoff
+            done.append(f"restarting the {part} failed (death {self._backoff.failures(part)} in a row): {exc}")
+            self._backoff.restarted(part, now)
+            return False
+        self._backoff.restarted(part, now)
+        done.append(f"restarted the {part} (death {self._backoff.failures(part)} in a row)")
+        return True
+
+    def _check_ray(self) -> None:
+        import ray
+
+        try:
+            ray.get_runtime_context().get_node_id()
+            ray.nodes()  # a GCS round trip
+        except Exception as exc:  # noqa: BLE001 - whatever the client raises, Ray is unreachable
+            raise ServiceUnavailable(f"Ray at {self.settings.ray_address} is gone: {exc}") from exc
+
+    def _check_actors(self, now: float, done: list[str]) -> None:
+        """Ray restarts a killed actor by itself (max_restarts=-1); rebuild only actors that died for good."""
+        import ray
+        from ray.exceptions import ActorDiedError, GetTimeoutError
+
+        for part, handles, rebuild in (("session shards", self.shards, self._build_shards),
+                                       ("curators", self.curators, self._build_curators)):  # fmt: skip
+            try:
+                ray.get([h.stats.remote() for h in handles], timeout=10)  # type: ignore[attr-defined]
+            except GetTimeoutError:
+                continue  # restarting or busy: Ray is on it
+            except ActorDiedError:
+                self._restart(part, now, rebuild, done)  # get_if_exists keeps the live ones
+
+    def _check_serve(self, now: float, done: list[str]) -> None:
+        """Serve's controller restarts dead replicas itself; redeploy an application it reports broken or lost."""
+        from ray import serve
+
+        status = serve.status().applications
+        for name, (app, prefix) in self._serve_apps.items():
+            state = str(getattr(status.get(name), "status", "MISSING"))
+            if state.endswith(("DEPLOY_FAILED", "UNHEALTHY", "MISSING")):
+                self._restart(f"Serve application {name!r} ({state})", now,
+                              lambda app=app, name=name, prefix=prefix: serve.run(app, name=name, route_prefix=prefix,
+                                                                                  blocking=False), done)  # fmt: skip
 
     def stop(self) -> None:
         """Stop everything this stack started, newest first; safe to call twice."""
         if self._worker is not None:
+            log.info("stopping the Faust worker (it commits what it has written)")
             self.kill_worker(signal.SIGTERM)
         try:
             import ray
             from ray import serve
 
             if ray.is_initialized():
+                log.info("stopping Serve and the actors")
                 serve.shutdown()
+                for handle in [*self.shards, *self.curators]:
+                    with contextlib.suppress(Exception):
+                        ray.kill(handle)  # type: ignore[arg-type]
+                self.shards, self.curators = [], []
                 if self._own_ray:
+                    log.info("stopping Ray")
                     ray.shutdown()
         except ImportError:  # pragma: no cover
             pass
         if self._broker is not None:
+            log.info("stopping the broker")
             self._broker.stop()
             self._broker = None
 
 
-def start_local_ray(namespace: str, attempts: int = 3) -> None:
-    """Start a one-machine Ray (2 CPUs, no dashboard, a 100 MB object store), retrying a start that timed out.
+@contextlib.contextmanager
+def _keep_signal_handlers() -> Iterator[None]:
+    """Restore the caller's SIGINT/SIGTERM handlers after a call that replaces them (``ray.init`` does).
 
-    Measured: right after another local Ray shut down, the new GCS server occasionally never reports its port
-    and ``ray.init`` times out; a second start works.
+    Ray's driver handler exits on SIGTERM at once, leaving the broker, the worker and Ray's own agents running;
+    ``mnemoflow up`` must instead stop every part in order on SIGTERM as on Ctrl-C.
     """
-    import ray
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
 
+
+def start_local_ray(namespace: str, attempts: int = 4) -> None:
+    """Start a one-machine Ray on loopback (2 CPUs, no dashboard, a 100 MB object store), retrying a failed start.
+
+    Seen on a loaded 2-core machine: the raylet does not register within Ray's fixed 30 s ("The current node timed
+    out during startup", a bare ``Exception``), and right after another local Ray shut down the new GCS server
+    occasionally never reports its port; a later start works, so each failure is cleaned up and retried.
+    """
+    os.environ.setdefault(LOCAL_RAY_ENV, "0")
+    import ray
+    from ray._private import ray_constants
+
+    if ray_constants.ENABLE_RAY_CLUSTER:  # ray was imported before the environment said "one machine"
+        raise ServiceUnavailable(f"set {LOCAL_RAY_ENV}=0 before importing ray, or Ray listens on every interface")
     for attempt in range(1, attempts + 1):
         try:
             ray.init(
@@ -205,12 +344,12 @@ def start_local_ray(namespace: str, attempts: int = 3) -> None:
                 log_to_driver=False,
             )
             return
-        except RuntimeError as exc:
+        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for a raylet that was too slow
             ray.shutdown()
             if attempt == attempts:
                 raise ServiceUnavailable(f"Ray did not start after {attempts} tries: {exc}") from exc
             log.warning("Ray did not start (try %d/%d): %s; retrying", attempt, attempts, exc)
-            time.sleep(2.0 * attempt)
+            time.sleep(3.0 * attempt)
 
 
 def _wait_healthy(url: str, timeout: float) -> None:

@@ -1,4 +1,4 @@
-"""Smoke test: the real Apache Kafka broker from tests/services.py works end to end.
+"""Smoke test: the embedded Apache Kafka broker (streams/broker_kafka.py) works end to end.
 
 It proves the pieces the rest of the suite relies on: topic creation through the
 admin API, idempotent-safe acks=all produce, and consumer-group reads that keep
@@ -8,20 +8,14 @@ per-key order across partitions.
 from __future__ import annotations
 
 import asyncio
-import sys
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-# Plain `pytest` (not `python -m pytest`) does not put the repo root on sys.path.
-_REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(_REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(_REPO_ROOT))
-
-from tests.services import ApacheKafka, apache_kafka_session  # noqa: E402
+from streams.broker_kafka import EmbeddedKafka
+from tests.services import apache_kafka_session
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +25,7 @@ PARTITIONS = 3
 
 
 @pytest.fixture(scope="module")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedKafka]:
     """A broker for this module only, so the smoke test runs on its own."""
     yield from apache_kafka_session(tmp_path_factory)
 
@@ -42,9 +36,7 @@ async def _create_topic(bootstrap: str, topic: str) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics(
-            [NewTopic(name=topic, num_partitions=PARTITIONS, replication_factor=1)]
-        )
+        await admin.create_topics([NewTopic(name=topic, num_partitions=PARTITIONS, replication_factor=1)])
         described = await admin.describe_topics([topic])
         assert len(described[0]["partitions"]) == PARTITIONS
     finally:
@@ -91,7 +83,7 @@ async def _consume(bootstrap: str, topic: str, group: str) -> list[tuple[str, in
     return got
 
 
-def test_produce_and_consume_keeps_per_key_order(kafka: ApacheKafka) -> None:
+def test_produce_and_consume_keeps_per_key_order(kafka: EmbeddedKafka) -> None:
     topic = f"smoke-{uuid.uuid4().hex[:8]}"
     group = f"smoke-group-{uuid.uuid4().hex[:8]}"
 

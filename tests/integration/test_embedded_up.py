@@ -1,4 +1,9 @@
-"""The front door: `mnemoflow up` on the embedded default (tansu), a replay of one trajectory, a clean stop."""
+"""The front door: `mnemoflow up` on the embedded default (Apache Kafka), as a user runs it.
+
+One stack for the module, in a subprocess: every listener of its process tree is on loopback, a trajectory
+replays through it, a SIGKILLed broker and worker are restarted by the supervisor with no acknowledged event
+lost, and SIGTERM (what Kubernetes and systemd send) stops every process of the tree.
+"""
 
 from __future__ import annotations
 
@@ -8,75 +13,180 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
+from mnemoflow.memory.l0 import read_l0
 from mnemoflow.replay import load_replays
+from mnemoflow.storage import LocalFileStore
 from streams.broker import free_port
 
 pytestmark = pytest.mark.integration
 
 EVAL = Path(__file__).resolve().parents[3] / "shared" / "eval" / "trajectories" / "openhands_swebench_verified"
 TRAJECTORY = EVAL / "trajs" / "django__django-11095"
+LOOPBACK = ("127.", "::1", "::ffff:127.")
+
+
+@dataclass
+class Up:
+    proc: subprocess.Popen[str]
+    log: Path
+    data_dir: Path
+    port: int
+    tree: set[int]  # every pid seen below `mnemoflow up`, for the orphan check after the stop
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {(self.data_dir / 'api-key').read_text().strip()}"}
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def descendants(self) -> list[psutil.Process]:
+        procs = psutil.Process(self.proc.pid).children(recursive=True)
+        self.tree.update(p.pid for p in procs)
+        return procs
 
 
 def _env(data_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOFLOW_")}
-    return {**env, "MNEMOFLOW_DATA_DIR": str(data_dir), "MNEMOFLOW_CONFIG": str(data_dir / "none.toml")}
+    return {**env, "MNEMOFLOW_DATA_DIR": str(data_dir), "MNEMOFLOW_CONFIG": str(data_dir / "none.toml"),
+            "MNEMOFLOW_WORKER_SESSION_TIMEOUT": "8"}  # fmt: skip
+
+
+def _wait(predicate: object, timeout: float, what: str, up: Up) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert up.proc.poll() is None, f"`mnemoflow up` exited while waiting for {what}:\n{up.output()[-3000:]}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{up.output()[-3000:]}"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    tmp = tmp_path_factory.mktemp("up")
+    data_dir, port = tmp / "data", free_port()
+    log = tmp / "up.log"
+    cmd = [sys.executable, "-m", "mnemoflow.cli", "up", "--port", str(port)]
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, env=_env(data_dir), stdout=out, stderr=subprocess.STDOUT, cwd=tmp, text=True)
+    stack = Up(proc, log, data_dir, port, set())
+    try:
+        _wait(lambda: "READY" in stack.output(), 240, "READY", stack)
+        yield stack
+    finally:
+        if proc.poll() is None:
+            stack.descendants()
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for pid in stack.tree:  # never leave a broker or a raylet behind, whatever the test found
+            try:
+                psutil.Process(pid).kill()
+            except psutil.Error:
+                pass
+
+
+def test_every_listener_is_on_loopback(up: Up) -> None:
+    assert "Apache Kafka" in up.output(), up.output()[-3000:]
+    listeners = []
+    for proc in [psutil.Process(up.proc.pid), *up.descendants()]:
+        try:
+            conns = proc.net_connections(kind="inet")
+            name = " ".join(proc.cmdline())[:100]
+        except psutil.Error:
+            continue
+        listeners += [(name, c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN]
+    assert any(port == up.port for _, _, port in listeners), listeners
+    assert len(listeners) >= 5, listeners  # API, broker, GCS, raylet, workers: the walk did see the stack
+    exposed = [item for item in listeners if not item[1].startswith(LOOPBACK)]
+    assert not exposed, f"listening beyond loopback: {exposed}"
 
 
 @pytest.mark.skipif(not TRAJECTORY.exists(), reason=f"evaluation data not found at {TRAJECTORY}")
-def test_up_replay_and_clean_stop(tmp_path: Path) -> None:
-    data_dir, port = tmp_path / "data", free_port()
-    cmd = [sys.executable, "-m", "mnemoflow.cli", "up", "--port", str(port)]
-    log = (tmp_path / "up.log").open("w+")
-    proc = subprocess.Popen(cmd, env=_env(data_dir), stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
-    try:
-        deadline = time.monotonic() + 180
-        while "READY" not in Path(log.name).read_text() and time.monotonic() < deadline:
-            assert proc.poll() is None, Path(log.name).read_text()[-3000:]
-            time.sleep(0.5)
-        output = Path(log.name).read_text()
-        assert "READY" in output and "embedded tansu" in output, output[-3000:]
+def test_replay_lands(up: Up) -> None:
+    replay = subprocess.run(
+        [sys.executable, "-m", "mnemoflow.cli", "replay", str(TRAJECTORY), "--api", up.base],
+        env=_env(up.data_dir), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    [source] = load_replays(TRAJECTORY, user="replay")
+    calls = [i.tool_call_id for i in source.items if hasattr(i, "tool_call_id")]
+    n_turns = len(source.items) - len(calls)
+    assert f"{n_turns} turns, {len(calls)} tool results" in replay.stdout
+    entries: list = []
 
-        replay = subprocess.run(
-            [sys.executable, "-m", "mnemoflow.cli", "replay", str(TRAJECTORY), "--api", f"http://127.0.0.1:{port}"],
-            env=_env(data_dir), capture_output=True, text=True, timeout=300, cwd=tmp_path,
-        )  # fmt: skip
-        assert replay.returncode == 0, replay.stdout + replay.stderr
-        [source] = load_replays(TRAJECTORY, user="replay")
-        n_results = sum(1 for item in source.items if hasattr(item, "tool_call_id"))
-        n_turns = len(source.items) - n_results
-        assert f"{n_turns} turns, {n_results} tool results" in replay.stdout
+    def landed() -> bool:
+        nonlocal entries
+        entries = httpx.get(f"{up.base}/v1/sessions/{source.name}/offload", headers=up.headers).json()
+        return len(entries) >= len(calls)
 
-        key = (data_dir / "api-key").read_text().strip()
-        headers = {"Authorization": f"Bearer {key}"}
-        base = f"http://127.0.0.1:{port}/v1"
-        deadline = time.monotonic() + 120
-        entries: list = []
-        while len(entries) < n_results and time.monotonic() < deadline:
-            time.sleep(0.5)
-            entries = httpx.get(f"{base}/sessions/{source.name}/offload", headers=headers).json()
-        calls = [i.tool_call_id for i in source.items if hasattr(i, "tool_call_id")]
-        assert [e["tool_call_id"] for e in entries] == calls
-        first = next(i for i in source.items if hasattr(i, "tool_call_id"))
-        ref = data_dir / "default" / "sessions" / source.name / "refs" / f"{first.tool_call_id}.md"
-        assert ref.read_bytes() == first.content.encode()
-        turns = httpx.get(f"{base}/users/replay/conversations", headers=headers).json()
-        assert len(turns) == n_turns
-        state = httpx.get(f"{base}/sessions/{source.name}/state", headers=headers).json()
-        assert state["count"] == n_results
-    finally:
-        proc.send_signal(signal.SIGINT)
+    _wait(landed, 120, "the offload entries", up)
+    assert [e["tool_call_id"] for e in entries] == calls
+    first = next(i for i in source.items if hasattr(i, "tool_call_id"))
+    ref = up.data_dir / "default" / "sessions" / source.name / "refs" / f"{first.tool_call_id}.md"
+    assert ref.read_bytes() == first.content.encode()
+    turns = httpx.get(f"{up.base}/v1/users/replay/conversations", headers=up.headers).json()
+    assert len(turns) == n_turns
+
+
+def _post_turns(up: Up, tag: str, n: int) -> list[str]:
+    ids = [f"{tag}-{i}" for i in range(n)]
+    body = {"turns": [{"message_id": m, "user": f"chaos-{tag}", "session": "s", "role": "user",
+                       "content": f"turn {m}"} for m in ids]}  # fmt: skip
+    deadline = time.monotonic() + 120
+    while True:  # a client retries until acknowledged: the API is idempotent by message id
         try:
-            code = proc.wait(90)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    output = Path(log.name).read_text()
+            if httpx.post(f"{up.base}/v1/turns", json=body, headers=up.headers, timeout=30).status_code == 202:
+                return ids
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"turns {tag} never acknowledged:\n{up.output()[-3000:]}"
+        time.sleep(1)
+
+
+def _landed(up: Up, user: str) -> list[str]:
+    return [m.id for m in read_l0(LocalFileStore(up.data_dir), "default", user)]
+
+
+@pytest.mark.parametrize("part", ["kafka.Kafka", "streams.worker"])
+def test_a_killed_part_is_restarted_and_loses_nothing(up: Up, part: str) -> None:
+    [victim] = [p for p in up.descendants() if part in " ".join(p.cmdline())]
+    tag = part.split(".")[-1].lower()
+    before = _post_turns(up, f"{tag}-before", 50)  # acknowledged, maybe not yet consumed
+    victim.kill()
+    pattern = rf"supervisor.*restarted the {'broker' if tag == 'kafka' else 'worker'}"
+    _wait(lambda: re.search(pattern, up.output()) is not None, 120, f"the {tag} restart", up)
+    after = _post_turns(up, f"{tag}-after", 50)
+    _wait(lambda: len(_landed(up, f"chaos-{tag}-before")) >= 50, 120, "the turns from before the kill", up)
+    _wait(lambda: len(_landed(up, f"chaos-{tag}-after")) >= 50, 120, "the turns from after the kill", up)
+    assert _landed(up, f"chaos-{tag}-before") == before  # exactly once, in order
+    assert _landed(up, f"chaos-{tag}-after") == after
+
+
+def test_sigterm_stops_every_process(up: Up) -> None:
+    up.descendants()
+    assert len(up.tree) >= 5
+    up.proc.send_signal(signal.SIGTERM)
+    code = up.proc.wait(120)
+    output = up.output()
     assert code == 0 and "stopped cleanly" in output, output[-3000:]
-    pids = [int(p) for p in re.findall(r"tansu pid=(\d+)|Faust worker\s*\S\s*pid (\d+)", output) for p in p if p]
-    assert len(pids) == 2, output[-3000:]
-    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()], "broker or worker still running"
+    deadline = time.monotonic() + 30  # Ray's agents notice their raylet is gone within a few seconds
+    left = up.tree
+    while left and time.monotonic() < deadline:
+        left = {pid for pid in left if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE}
+        time.sleep(0.5)
+    names = {pid: " ".join(psutil.Process(pid).cmdline())[:120] for pid in left if psutil.pid_exists(pid)}
+    assert not left, f"left running after SIGTERM: {names}"

@@ -19,7 +19,7 @@ from mnemoflow.config import Settings
 from mnemoflow.memory.l0 import read_l0
 from mnemoflow.offload.entries import read_entries, read_ref
 from mnemoflow.storage import LocalFileStore
-from tests.services import ApacheKafka
+from streams.broker_kafka import EmbeddedKafka
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +55,7 @@ def make_results() -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def stack(apache_kafka: ApacheKafka, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(apache_kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     settings = Settings(
         data_dir=tmp_path_factory.mktemp("stack"),
         kafka_bootstrap=apache_kafka.bootstrap,

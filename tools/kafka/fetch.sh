@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Resolve the Apache Kafka broker's runtime jars from Maven Central into a
-# cache dir, so integration tests can run a real broker without Docker.
+# cache dir: the embedded broker of `mnemoflow up` and the integration tests run it without Docker.
 # Idempotent: a marker keyed by the pom's hash skips the work when the cache
 # is already complete. Prints the cache dir (its jars are in <cache>/libs).
 set -euo pipefail
