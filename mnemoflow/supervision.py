@@ -15,7 +15,7 @@ class RestartBackoff:
     part that ran for ``stable_after`` seconds starts again from no wait."""
 
     base_delay: float = 1.0
-    max_delay: float = 60.0
+    max_delay: float = 30.0
     stable_after: float = 60.0
     _failures: dict[str, int] = field(default_factory=dict)
     _next_at: dict[str, float] = field(default_factory=dict)

@@ -91,8 +91,7 @@ def up(
         started = True
         _print_up(stack, info)
         while not stopping.wait(1.0):
-            for line in stack.supervise():
-                console.print(f"[yellow]supervisor[/]: {line}")
+            stack.supervise()  # logs what it restarted and why
     except ServiceUnavailable as exc:
         failure = str(exc)
     except KeyboardInterrupt:

@@ -251,16 +251,16 @@ class Stack:
     def _check_actors(self, now: float, done: list[str]) -> None:
         """Ray restarts a killed actor by itself (max_restarts=-1); rebuild only actors that died for good."""
         import ray
-        from ray.exceptions import ActorDiedError, GetTimeoutError
+        from ray.exceptions import ActorDiedError, GetTimeoutError, RayError
 
         for part, handles, rebuild in (("session shards", self.shards, self._build_shards),
                                        ("curators", self.curators, self._build_curators)):  # fmt: skip
             try:
                 ray.get([h.stats.remote() for h in handles], timeout=10)  # type: ignore[attr-defined]
-            except GetTimeoutError:
-                continue  # restarting or busy: Ray is on it
             except ActorDiedError:
                 self._restart(part, now, rebuild, done)  # get_if_exists keeps the live ones
+            except (GetTimeoutError, RayError) as exc:  # restarting, busy or briefly unreachable: Ray is on it
+                log.info("supervisor: %s not answering yet: %s", part, exc)
 
     def _check_serve(self, now: float, done: list[str]) -> None:
         """Serve's controller restarts dead replicas itself; redeploy an application it reports broken or lost."""
@@ -268,11 +268,14 @@ class Stack:
 
         status = serve.status().applications
         for name, (app, prefix) in self._serve_apps.items():
-            state = str(getattr(status.get(name), "status", "MISSING"))
-            if state.endswith(("DEPLOY_FAILED", "UNHEALTHY", "MISSING")):
-                self._restart(f"Serve application {name!r} ({state})", now,
-                              lambda app=app, name=name, prefix=prefix: serve.run(app, name=name, route_prefix=prefix,
-                                                                                  blocking=False), done)  # fmt: skip
+            state = str(getattr(status.get(name), "status", "MISSING")).rsplit(".", 1)[-1]
+            if state in ("DEPLOY_FAILED", "UNHEALTHY", "MISSING"):
+
+                def redeploy(app: Any = app, name: str = name, prefix: str | None = prefix) -> None:
+                    serve.run(app, name=name, route_prefix=prefix)
+
+                if self._restart(f"Serve application {name!r}", now, redeploy, done):
+                    done[-1] += f" (it was {state})"
 
     def stop(self) -> None:
         """Stop everything this stack started, newest first; safe to call twice."""
