@@ -60,14 +60,21 @@ class L1Scheduler:
             return state.model_copy(update={"running": False, "inflight": 0})
         return state
 
-    def _settle(self, key: UserKey, state: TriggerState, decision: Decision, now: datetime) -> L1Job | None:
-        save_triggers(self._files, *key, state)
-        self._wake.pop(key, None)
-        if decision.wake_at is not None and len(self._wake) < self._max_wakeups:
-            self._wake[key] = decision.wake_at
-        if decision.run:
-            return L1Job(kind="run", tenant=key[0], user=key[1], reason=decision.reason or "", requested_at=now)
-        return None
+    def _settle(self, settled: list[tuple[UserKey, TriggerState, Decision]], now: datetime) -> list[L1Job]:
+        """Persist the new states (one write for the batch of users), index their wake-ups, return the due runs."""
+        save_triggers(self._files, {key: state for key, state, _ in settled})
+        jobs = []
+        for key, _, decision in settled:
+            self._wake.pop(key, None)
+            if decision.wake_at is not None and len(self._wake) < self._max_wakeups:
+                self._wake[key] = decision.wake_at
+            if decision.run:
+                jobs.append(L1Job(kind="run", tenant=key[0], user=key[1], reason=decision.reason or "",
+                                  requested_at=now))  # fmt: skip
+        return jobs
+
+    def _settle_one(self, key: UserKey, state: TriggerState, decision: Decision, now: datetime) -> L1Job | None:
+        return next(iter(self._settle([(key, state, decision)], now)), None)
 
     def on_turns(self, events: Iterable[TurnEvent], now: datetime) -> list[L1Job]:
         """Count each new user message (assistant replies ride along); return the runs that became due."""
@@ -75,19 +82,18 @@ class L1Scheduler:
         for event in events:
             if event.role == "user":
                 counts[(event.tenant, event.user)] = counts.get((event.tenant, event.user), 0) + 1
-        jobs = []
+        settled = []
         for key, n in counts.items():
             state, decision = self._load(key), Decision()
             for _ in range(n):
                 state, step = self.triggers.on_turn(state, now)
                 decision = step if step.run or not decision.run else decision
-            if (job := self._settle(key, state, decision, now)) is not None:
-                jobs.append(job)
-        return jobs
+            settled.append((key, state, decision))
+        return self._settle(settled, now)
 
     def on_session_end(self, tenant: str, user: str, now: datetime) -> L1Job | None:
         state, decision = self.triggers.on_session_end(self._load((tenant, user)), now)
-        return self._settle((tenant, user), state, decision, now)
+        return self._settle_one((tenant, user), state, decision, now)
 
     def runs_for(self, jobs: Iterable[L1Job], now: datetime) -> dict[UserKey, L1Job]:
         """One run per user for a batch of jobs: ``run`` jobs as they are, ``session_end`` jobs through the
@@ -102,12 +108,8 @@ class L1Scheduler:
 
     def due(self, now: datetime) -> list[L1Job]:
         """Fire the wake-ups whose time has come (idle extraction, retries after a failure)."""
-        jobs = []
-        for key in [k for k, at in self._wake.items() if at <= now]:
-            state, decision = self.triggers.on_tick(self._load(key), now)
-            if (job := self._settle(key, state, decision, now)) is not None:
-                jobs.append(job)
-        return jobs
+        due = [k for k, at in self._wake.items() if at <= now]
+        return self._settle([(key, *self.triggers.on_tick(self._load(key), now)) for key in due], now)
 
     def on_result(
         self, tenant: str, user: str, now: datetime, error: str | None = None
@@ -118,7 +120,7 @@ class L1Scheduler:
             state, decision = self.triggers.on_success(state, now)
         else:
             state, decision = self.triggers.on_failure(state, now, error)
-        return self._settle((tenant, user), state, decision, now), decision.dead_letter
+        return self._settle_one((tenant, user), state, decision, now), decision.dead_letter
 
     def forget(self) -> None:
         """Drop the wake-up index and what this worker knew (another worker may own these users now)."""

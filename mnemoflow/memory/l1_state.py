@@ -7,6 +7,8 @@ another process; separate files never overwrite each other's fields.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from mnemoflow.memory.triggers import TriggerState
@@ -47,5 +49,6 @@ def load_triggers(files: FileStore, tenant: str, user: str) -> TriggerState:
     return TriggerState.model_validate_json(raw) if raw else TriggerState()
 
 
-def save_triggers(files: FileStore, tenant: str, user: str, state: TriggerState) -> None:
-    files.write_atomic(Layout.l1_triggers(tenant, user), state.model_dump_json().encode())
+def save_triggers(files: FileStore, states: Mapping[tuple[str, str], TriggerState]) -> None:
+    """Write the trigger states of a batch of ``(tenant, user)`` at once (made durable together)."""
+    files.write_atomic_many({Layout.l1_triggers(*k): s.model_dump_json().encode() for k, s in states.items()})

@@ -69,42 +69,51 @@ class OffloadWriter:
         return log
 
     def write(self, events: Iterable[ToolResultEvent]) -> list[SessionAppend]:
-        """Store the tool results not yet offloaded, in order; one :class:`SessionAppend` per session touched."""
+        """Store the tool results not yet offloaded, in order; one :class:`SessionAppend` per session touched.
+
+        Every ref of the batch is written (and durable) before any entry is appended, so an entry never points
+        at a missing ref, and the refs of many sessions share one round of fsyncs."""
         grouped: dict[tuple[str, str], list[ToolResultEvent]] = {}
         for event in events:
             grouped.setdefault((event.tenant, event.session), []).append(event)
-        out = []
-        for key, session_events in grouped.items():
-            try:
-                out.append(self._write_session(key, session_events))
-            except Exception:
-                self._logs.pop(key)  # state unknown after a failed write: reload from the file on the retry
-                raise
+        try:
+            planned = [(key, self._plan(key, session_events)) for key, session_events in grouped.items()]
+            refs = {Layout.ref(*key, event.tool_call_id): event.content.encode()
+                    for key, (_log, new) in planned for event, _entry in new}  # fmt: skip
+            self._files.write_atomic_many(refs)
+            out = []
+            for key, (log, new) in planned:
+                self._files.append_lines(Layout.offload(*key), [entry.model_dump_json() for _, entry in new])
+                log.next_seq += len(new)
+                out.append(SessionAppend(key[0], key[1], [entry for _, entry in new], log.next_seq - 1))
+        except Exception:
+            for key in grouped:  # state unknown after a failed write: reload from the files on the retry
+                self._logs.pop(key)
+            raise
         return out
 
-    def _write_session(self, key: tuple[str, str], events: list[ToolResultEvent]) -> SessionAppend:
+    def _plan(
+        self, key: tuple[str, str], events: list[ToolResultEvent]
+    ) -> tuple[_SessionLog, list[tuple[ToolResultEvent, OffloadEntry]]]:
+        """The session's log and the entries its new events get (ids of a batch are deduplicated too)."""
         log = self._logs.get_or_load(key, self._load)
-        new: list[OffloadEntry] = []
+        new: list[tuple[ToolResultEvent, OffloadEntry]] = []
         for event in events:
             if event.tool_call_id in log.ids:
                 continue
-            self._files.write_atomic(Layout.ref(*key, event.tool_call_id), event.content.encode())
-            new.append(
-                OffloadEntry(
-                    seq=log.next_seq + len(new),
-                    tool_call_id=event.tool_call_id,
-                    tool_name=event.tool_name,
-                    arguments=event.arguments,
-                    ref=Layout.ref_name(event.tool_call_id),
-                    result_bytes=len(event.content.encode()),
-                    result_tokens=estimate_tokens(event.content),
-                    ts=event.ts,
-                )
+            entry = OffloadEntry(
+                seq=log.next_seq + len(new),
+                tool_call_id=event.tool_call_id,
+                tool_name=event.tool_name,
+                arguments=event.arguments,
+                ref=Layout.ref_name(event.tool_call_id),
+                result_bytes=len(event.content.encode()),
+                result_tokens=estimate_tokens(event.content),
+                ts=event.ts,
             )
+            new.append((event, entry))
             log.ids.add(event.tool_call_id)
-        self._files.append_lines(Layout.offload(*key), [e.model_dump_json() for e in new])
-        log.next_seq += len(new)
-        return SessionAppend(key[0], key[1], new, log.next_seq - 1)
+        return log, new
 
     def forget(self) -> None:
         self._logs.clear()

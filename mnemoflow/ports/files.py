@@ -3,11 +3,18 @@
 Contract: ``append_lines`` appends whole lines in one write, so a crash leaves at most one torn last line,
 which ``read_lines`` drops (and ``repair_tail`` truncates). ``write_atomic`` replaces a file all at once
 (temp file + rename), so readers see the old or the new bytes, never a mix. Paths never leave the root.
+
+Durability: a write is on disk when it returns (the file's bytes, and its folder's entry when the write created
+or renamed one), so a machine crash cannot lose what a caller already counts as done. Inside
+``with files.group_commit():`` appends are made durable when the block exits instead, each file and folder
+once however many writes touched it: the stream worker opens one group per Kafka batch, before the batch's
+offsets are committed, so a batch costs one round of fsyncs, not one per line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 
@@ -25,6 +32,17 @@ class FileStore(Protocol):
         ...
 
     def write_atomic(self, path: str, data: bytes) -> None: ...
+
+    def write_atomic_many(self, files: Mapping[str, bytes]) -> None:
+        """``write_atomic`` for several files, cheaper than one by one: every file's bytes are on disk before
+        any of them takes its name, so none can be found empty after a crash."""
+        ...
+
+    def group_commit(self) -> AbstractContextManager[None]:
+        """Defer durability of the writes made in the block (in this thread or task) to its exit, where each
+        file and folder they touched is synced once. Nested blocks join the outer one. The exit syncs even
+        when the block raised, so a retry that skips what was already written does not skip its sync."""
+        ...
 
     def read_bytes(self, path: str) -> bytes | None:
         """The file's bytes, or None if it does not exist."""

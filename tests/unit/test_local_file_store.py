@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,66 @@ def test_paths_cannot_leave_the_root(tmp_path: Path, escape: str) -> None:
 def test_lines_with_newlines_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput):
         LocalFileStore(tmp_path).append_lines("x.jsonl", ["a\nb"])
+
+
+@pytest.fixture
+def synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every path fsynced, in call order (files and folders), with what existed at that moment."""
+    calls: list[str] = []
+    real = os.fsync
+
+    def spy(fd: int) -> None:
+        calls.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    return calls
+
+
+def test_an_append_is_durable_on_return_file_and_new_folders_too(tmp_path: Path, synced: list[str]) -> None:
+    files = LocalFileStore(tmp_path)
+    files.append_lines("a/b/c.jsonl", ["one"])
+    assert sorted(synced) == sorted(str(p) for p in (tmp_path / "a/b/c.jsonl", tmp_path / "a/b", tmp_path / "a",
+                                                     tmp_path))  # fmt: skip
+    synced.clear()
+    files.append_lines("a/b/c.jsonl", ["two"])
+    assert synced == [str(tmp_path / "a/b/c.jsonl")]  # an existing name: only the file's bytes
+
+
+def test_a_group_commit_syncs_each_file_and_folder_once_when_it_exits(tmp_path: Path, synced: list[str]) -> None:
+    files = LocalFileStore(tmp_path)
+    files.append_lines("u/x.jsonl", ["seed"])
+    synced.clear()
+    with files.group_commit():
+        for i in range(3):
+            files.append_lines("u/x.jsonl", [f"x{i}"])
+            files.append_lines("u/y.jsonl", [f"y{i}"])
+        with files.group_commit():  # nested: joins the outer one
+            files.append_lines("u/x.jsonl", ["nested"])
+        assert synced == []
+    assert sorted(synced) == sorted(str(tmp_path / p) for p in ("u/x.jsonl", "u/y.jsonl", "u"))
+
+
+def test_a_group_commit_still_syncs_what_was_written_when_its_block_fails(tmp_path: Path, synced: list[str]) -> None:
+    files = LocalFileStore(tmp_path)
+    with pytest.raises(RuntimeError), files.group_commit():
+        files.append_lines("z.jsonl", ["written before the error"])
+        raise RuntimeError("the next write failed")
+    assert str(tmp_path / "z.jsonl") in synced
+
+
+def test_atomic_writes_sync_the_bytes_before_the_rename_and_the_folder_after(tmp_path: Path, synced: list[str]) -> None:
+    files = LocalFileStore(tmp_path)
+    files.write_atomic_many({"r/a.md": b"A", "r/b.md": b"B"})
+    temps = [p for p in synced if p.endswith(".tmp")]
+    assert len(temps) == 2 and all(Path(p).parent == tmp_path / "r" for p in temps)  # before the rename
+    assert synced.index(str(tmp_path / "r")) > max(synced.index(p) for p in temps)
+    assert files.read_bytes("r/a.md") == b"A" and files.list_dir("r") == ["a.md", "b.md"]
+
+
+def test_fsync_off_syncs_nothing(tmp_path: Path, synced: list[str]) -> None:
+    files = LocalFileStore(tmp_path, fsync=False)
+    with files.group_commit():
+        files.append_lines("a.jsonl", ["x"])
+    files.write_atomic("b.json", b"{}")
+    assert synced == []
