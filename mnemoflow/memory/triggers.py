@@ -9,8 +9,9 @@ the original:
 * idle: ``idle_s`` (600 s) after the last turn with turns pending;
 * session end runs L1 whenever turns are pending (the original never does, §9.5);
 * one run in flight per user; turns that arrive meanwhile are kept and trigger a catch-up run;
-* failure: exponential backoff, then a dead-letter decision carrying the reason; the turns stay pending and
-  the extraction cursor has not moved, so the next trigger retries them (nothing is dropped, §9.3).
+* failure: exponential backoff, then a dead-letter decision carrying the reason (``config.retry``, the policy
+  every retrying stage uses); the turns stay pending and the extraction cursor has not moved, so the next
+  trigger retries them (nothing is dropped, §9.3).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from mnemoflow.retry import RetryPolicy
+
 Reason = Literal["threshold", "idle", "session_end", "retry", "catch_up"]
 
 
@@ -30,9 +33,7 @@ class TriggerConfig(BaseModel):
     every_n: int = Field(5, ge=1)
     warmup: bool = True
     idle_s: float = Field(600.0, gt=0)
-    retry_base_s: float = Field(30.0, gt=0)
-    retry_max_s: float = Field(600.0, gt=0)
-    max_retries: int = Field(5, ge=0)
+    retry: RetryPolicy = RetryPolicy(attempts=6, base_delay=30.0, max_delay=600.0)
 
 
 class TriggerState(BaseModel):
@@ -132,11 +133,11 @@ class L1Triggers:
         """The pass failed (model, store, validation); the cursor did not move."""
         failures = state.failures + 1
         base = state.model_copy(update={"running": False, "inflight": 0, "rerun": False})
-        if failures > self.config.max_retries:
+        delay = self.config.retry.retry_after(failures)
+        if delay is None:
             # Parked: no idle wake-up until the next turn, which retries the same (still pending) messages.
             parked = base.model_copy(update={"failures": 0, "retry_at": None, "last_turn_at": None,
                                              "dead_lettered": state.dead_lettered + 1})
             return parked, Decision(dead_letter=reason)
-        delay = min(self.config.retry_base_s * 2 ** (failures - 1), self.config.retry_max_s)
         retry = base.model_copy(update={"failures": failures, "retry_at": now + timedelta(seconds=delay)})
         return self._wait(retry)

@@ -5,6 +5,7 @@ from mnemoflow.events import TurnEvent
 from mnemoflow.memory.l1_schedule import L1Scheduler
 from mnemoflow.memory.l1_state import load_triggers
 from mnemoflow.memory.triggers import L1Triggers, TriggerConfig
+from mnemoflow.retry import RetryPolicy
 from mnemoflow.storage import LocalFileStore
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
@@ -37,7 +38,7 @@ def test_success_then_threshold_then_idle_wake_up(tmp_path: Path) -> None:
 
 def test_session_end_runs_pending_turns_and_failures_end_in_a_dead_letter(tmp_path: Path) -> None:
     files = LocalFileStore(tmp_path)
-    sched = L1Scheduler(files, L1Triggers(TriggerConfig(warmup=False, max_retries=1, retry_base_s=10)))
+    sched = L1Scheduler(files, L1Triggers(TriggerConfig(warmup=False, retry=RetryPolicy(attempts=2, base_delay=10))))
     sched.on_turns([turn(0)], NOW)
     job = sched.on_session_end("t", "u", NOW)
     assert job is not None and job.reason == "session_end"

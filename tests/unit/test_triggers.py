@@ -4,6 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mnemoflow.memory.triggers import L1Triggers, TriggerConfig, TriggerState
+from mnemoflow.retry import RetryPolicy
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -64,7 +65,8 @@ def test_turns_during_a_run_cause_a_catch_up() -> None:
 
 
 def test_failure_backs_off_then_dead_letters_with_reason_and_keeps_turns_pending() -> None:
-    trig = L1Triggers(TriggerConfig(warmup=False, every_n=1, max_retries=2, retry_base_s=10))
+    retry = RetryPolicy(attempts=3, base_delay=10, max_delay=600)
+    trig = L1Triggers(TriggerConfig(warmup=False, every_n=1, retry=retry))
     state, d = trig.on_turn(TriggerState(), T0)
     assert d.run
     state, d = trig.on_failure(state, T0, "model down")
