@@ -14,6 +14,8 @@ from actors.shard import SessionShard
 from mnemoflow.config import Settings
 from mnemoflow.errors import InvalidInput
 from mnemoflow.offload.entries import SessionAppend
+from mnemoflow.offload.replies import CompactRefused, CompactReply
+from mnemoflow.offload.session_state import SessionState
 
 log = logging.getLogger(__name__)
 
@@ -65,15 +67,15 @@ class ShardClient(ActorRouter):
             by_shard.setdefault(self.index_for(a.tenant, a.session), []).append(update)
         await asyncio.gather(*(self.handle(i).sync.remote(u) for i, u in by_shard.items()))
 
-    async def get_state(self, tenant: str, session: str) -> dict[str, Any]:
+    async def get_state(self, tenant: str, session: str) -> SessionState:
         return await self.owner(tenant, session).get_state.remote(tenant, session)
 
-    async def compact(self, tenant: str, session: str, messages: list[dict[str, Any]], window: int) -> dict[str, Any]:
+    async def compact(self, tenant: str, session: str, messages: list[dict[str, Any]], window: int) -> CompactReply:
         """Compaction runs in the shard that owns the session; a refused request raises InvalidInput."""
-        result = await self.owner(tenant, session).compact.remote(tenant, session, messages, window)
-        if "error" in result:
-            raise InvalidInput(result["error"])
-        return result
+        reply = await self.owner(tenant, session).compact.remote(tenant, session, messages, window)
+        if isinstance(reply, CompactRefused):
+            raise InvalidInput(reply.reason)
+        return reply
 
 
 def connect_shards(settings: Settings) -> ShardClient:

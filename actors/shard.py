@@ -15,12 +15,12 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from mnemoflow.errors import InvalidInput
 from mnemoflow.offload.entries import OffloadEntry, read_entries
+from mnemoflow.offload.replies import CompactRefused, CompactReply
 from mnemoflow.offload.session import compact_session
 from mnemoflow.offload.session_state import SequenceGap, SessionState, advance, load_state, save_state
 from mnemoflow.ports import SystemClock
@@ -102,7 +102,7 @@ class SessionShard:
                 self._put(key, new_state)
         return changed
 
-    async def get_state(self, tenant: str, session: str) -> dict[str, Any]:
+    async def get_state(self, tenant: str, session: str) -> SessionState:
         """The session's state, caught up with its log."""
         key = (tenant, session)
         async with self._lock(key):
@@ -111,12 +111,14 @@ class SessionShard:
             if caught_up is not state:
                 save_state(self._files, caught_up)
             self._put(key, caught_up)
-            return caught_up.model_dump(mode="json")
+            return caught_up
 
-    async def compact(self, tenant: str, session: str, messages: list[dict[str, Any]], window: int) -> dict[str, Any]:
+    async def compact(
+        self, tenant: str, session: str, messages: list[dict[str, Any]], window: int
+    ) -> CompactReply | CompactRefused:
         """One compaction turn (see :func:`mnemoflow.offload.session.compact_session`).
 
-        A malformed request comes back as ``{"error": reason}`` (nothing was written), so the API answers 4xx.
+        A malformed request comes back refused with the reason (nothing was written), so the API answers 4xx.
         """
         key = (tenant, session)
         async with self._lock(key):
@@ -125,17 +127,10 @@ class SessionShard:
                     self._files, tenant, session, messages, window, clock=self._clock, llm=self._llm
                 )
             except InvalidInput as exc:
-                return {"error": str(exc)}
+                return CompactRefused(reason=str(exc))
             finally:
                 self._sessions.pop(key, None)  # compact_session saved state.json: reload it on next use
-            return {
-                "messages": result.messages,
-                "removed": [asdict(r) for r in result.removed],
-                "canvas": asdict(result.canvas) if result.canvas else None,
-                "level": result.level,
-                "tokens_before": result.tokens_before,
-                "tokens_after": result.tokens_after,
-            }
+            return CompactReply.of(result)
 
     def stats(self) -> dict[str, int]:
         return {"index": self.index, "sessions_in_memory": len(self._sessions), "loads": self._loads}

@@ -13,13 +13,15 @@ from mnemoflow.config import Settings
 from mnemoflow.errors import ServiceUnavailable
 from mnemoflow.ids import SafeId
 from mnemoflow.memory.recall import Recaller
+from mnemoflow.offload.replies import CompactReply
+from mnemoflow.offload.session_state import SessionState
 from mnemoflow.storage import LocalFileStore
 from serving.bus import EventBus
 
 PathId = Annotated[SafeId, Path(description="an id: letters, digits, _ - . : @; no path characters")]
 
-StateReader = Callable[[str, str], Awaitable[dict[str, Any]]]
-Compactor = Callable[[str, str, list[dict[str, Any]], int], Awaitable[dict[str, Any]]]
+StateReader = Callable[[str, str], Awaitable[SessionState]]
+Compactor = Callable[[str, str, list[dict[str, Any]], int], Awaitable[CompactReply]]
 
 
 @dataclass

@@ -12,6 +12,8 @@ from mnemoflow.offload.canvas_update import canvas_path
 from mnemoflow.offload.compact import check_window
 from mnemoflow.offload.entries import OffloadEntry, read_ref
 from mnemoflow.offload.messages import validate
+from mnemoflow.offload.replies import CompactReply
+from mnemoflow.offload.session_state import SessionState
 from mnemoflow.storage import Layout
 from serving.deps import ApiDeps, PathId
 
@@ -32,8 +34,8 @@ def offload_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
     router = APIRouter(prefix="/v1/sessions/{session}", tags=["short-term memory"])
     Tenant = Annotated[str, Depends(tenant_dep)]
 
-    @router.post("/compact")
-    async def compact(session: PathId, body: CompactRequest, tenant: Tenant) -> dict[str, Any]:
+    @router.post("/compact", response_model=CompactReply)
+    async def compact(session: PathId, body: CompactRequest, tenant: Tenant) -> CompactReply:
         """Messages and window in; messages out with the canvas injected and reclaim applied, plus what was
         removed and where its raw output lives. A malformed array is refused (4xx) before anything is written."""
         check_window(validate(body.messages), body.window)
@@ -86,8 +88,8 @@ def offload_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
             raise HTTPException(404, f"no canvas {name} in session {session}")
         return Response(data, media_type="text/plain; charset=utf-8")
 
-    @router.get("/state")
-    async def state(session: PathId, tenant: Tenant) -> dict[str, Any]:
+    @router.get("/state", response_model=SessionState)
+    async def state(session: PathId, tenant: Tenant) -> SessionState:
         """The session actor's state (count, last entry, boundaries, active canvas, reclaim decisions)."""
         if deps.session_state is None:
             raise HTTPException(503, "session actors are not connected to this API")

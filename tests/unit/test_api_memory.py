@@ -15,6 +15,9 @@ from mnemoflow.memory.l0 import L0Writer
 from mnemoflow.memory.l1_heuristic import HeuristicExtractor, HeuristicJudge
 from mnemoflow.memory.l1_pipeline import L1Pipeline
 from mnemoflow.memory.recall import Recaller
+from mnemoflow.offload.compact import Removed
+from mnemoflow.offload.replies import CompactReply
+from mnemoflow.offload.session_state import SessionState
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.stores import InMemoryVectorStore
 from mnemoflow.testing import ListBus, ManualClock
@@ -40,13 +43,17 @@ def setup(tmp_path: Path) -> tuple[TestClient, ListBus, list[tuple]]:
     asyncio.run(pipeline.run("acme", "ana"))
     calls: list[tuple] = []
 
-    async def compact(tenant: str, session: str, messages: list[dict[str, Any]], window: int) -> dict[str, Any]:
+    async def compact(tenant: str, session: str, messages: list[dict[str, Any]], window: int) -> CompactReply:
         calls.append((tenant, session, len(messages), window))
-        return {"messages": messages, "removed": [], "canvas": None, "level": "none"}
+        return CompactReply(messages=messages, removed=[Removed("c0", "dropped", "refs/c0.md")], level="mild",
+                            tokens_before=90, tokens_after=40)  # fmt: skip
+
+    async def state(tenant: str, session: str) -> SessionState:
+        return SessionState(tenant=tenant, session=session, count=2, last_seq=1)
 
     bus = ListBus()
     settings = Settings(data_dir=tmp_path, api_keys={"acme": "key-acme", "other": "key-other"})
-    app = create_api(settings, bus, compact=compact,
+    app = create_api(settings, bus, session_state=state, compact=compact,
                      recaller_factory=lambda: Recaller(store=store, embedder=EMB, files=files))  # fmt: skip
     return TestClient(app), bus, calls
 
@@ -98,7 +105,24 @@ def test_malformed_compaction_is_refused_before_the_actor_is_called(
 def test_compaction_goes_to_the_session_actor(setup: tuple) -> None:
     client, _, calls = setup
     body = {"messages": [{"role": "user", "content": "hi"}], "window": 8000}
-    assert client.post("/v1/sessions/s/compact", json=body, headers=KEY).status_code == 200
-    assert calls == [("acme", "s", 1, 8000)]
+    response = client.post("/v1/sessions/s/compact", json=body, headers=KEY)
+    assert response.status_code == 200 and calls == [("acme", "s", 1, 8000)]
+    assert response.json() == {
+        "messages": body["messages"], "level": "mild", "tokens_before": 90, "tokens_after": 40, "canvas": None,
+        "removed": [{"tool_call_id": "c0", "how": "dropped", "ref": "refs/c0.md", "node_id": None}],
+    }  # fmt: skip
     assert client.get("/v1/sessions/s/nodes/N1", headers=KEY).status_code == 404
     assert client.get("/v1/sessions/s/canvases", headers=KEY).json() == []
+
+
+def test_session_state_and_compaction_replies_are_typed_in_the_openapi_docs(setup: tuple) -> None:
+    client, _, _ = setup
+    state = client.get("/v1/sessions/s/state", headers=KEY).json()
+    assert (state["tenant"], state["session"], state["count"], state["last_seq"]) == ("acme", "s", 2, 1)
+    paths = client.get("/openapi.json").json()["paths"]
+
+    def schema(path: str, method: str) -> str:
+        return paths[path][method]["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+
+    assert schema("/v1/sessions/{session}/compact", "post").endswith("/CompactReply")
+    assert schema("/v1/sessions/{session}/state", "get").endswith("/SessionState")

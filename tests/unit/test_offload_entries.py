@@ -66,10 +66,10 @@ def test_shard_fills_gaps_from_the_log_and_reloads_after_restart(tmp_path: Path)
     # The shard hears only about the last entry (earlier notifications were lost): it reads the rest.
     assert run(shard.sync([("t", "s", [later.new_entries[-1].model_dump_json()], 5)])) == 1
     state = run(shard.get_state("t", "s"))
-    assert (state["count"], state["last_entry"]["tool_call_id"]) == (6, "call_5")
+    assert state.count == 6 and state.last_entry is not None and state.last_entry.tool_call_id == "call_5"
     assert run(shard.sync([("t", "s", [later.new_entries[-1].model_dump_json()], 5)])) == 0  # redelivery
     restarted = SessionShard(0, str(tmp_path), idle_seconds=60, max_sessions=10)
-    assert run(restarted.get_state("t", "s"))["last_seq"] == 5
+    assert run(restarted.get_state("t", "s")).last_seq == 5
     assert load_state(files, "t", "s").count == 6  # persisted, not only in memory
 
 
@@ -80,4 +80,4 @@ def test_shard_memory_is_bounded(tmp_path: Path) -> None:
         appended = OffloadWriter(files).write([result(0, session=f"s{k}")])
         run(shard.sync([("t", f"s{k}", [e.model_dump_json() for e in appended[0].new_entries], 0)]))
     assert shard.stats()["sessions_in_memory"] == 3
-    assert run(shard.get_state("t", "s0"))["count"] == 1  # evicted, reloaded from its files
+    assert run(shard.get_state("t", "s0")).count == 1  # evicted, reloaded from its files
