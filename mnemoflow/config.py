@@ -67,7 +67,9 @@ class Settings(BaseSettings):
 
     ray_address: str | None = Field(None, description="Ray GCS address; None starts Ray locally.")
     ray_namespace: str = "mnemoflow"
-    session_shards: int = Field(4, ge=1, le=4096)
+    session_shards: int = Field(
+        2, ge=1, le=4096, description="SessionShard actors (a process each, ~100 MiB): 2 fit a 2-core machine."
+    )
     shard_idle_seconds: float = Field(600.0, gt=0, description="Evict a session's state after this much idleness.")
     shard_max_sessions: int = Field(10_000, ge=1, description="Bound on sessions one shard keeps in memory.")
 
@@ -98,7 +100,7 @@ class Settings(BaseSettings):
         "throwaway data (a benchmark's comparison run): a machine crash can then lose acknowledged events.",
     )
     l1_enabled: bool = Field(True, description="Schedule L1 extraction from the turn stream.")
-    curator_shards: int = Field(2, ge=1, le=1024, description="UserCurator actors (users hashed onto them) for L2/L3.")
+    curator_shards: int = Field(1, ge=1, le=1024, description="UserCurator actors (users hashed onto them) for L2/L3.")
     curator_tick_seconds: float = Field(5.0, gt=0, description="How often a curator runs the users whose L2 is due.")
     l2_delay_after_l1_seconds: float = Field(10.0, ge=0, description="L2 waits this long after an L1 pass.")
     l2_min_interval_seconds: float = Field(900.0, ge=0, description="At most one L2 pass per user per interval.")

@@ -85,6 +85,7 @@ class Stack:
             api_url = self._start_serve(bootstrap)
             self.settings = self.settings.model_copy(update={"kafka_bootstrap": bootstrap, "ray_address": ray_address})
             self.start_worker()
+            _wait_ready(api_url, timeout=120)
         except BaseException:
             self.stop()
             raise
@@ -169,7 +170,7 @@ class Stack:
         for name, (app, prefix) in self._serve_apps.items():
             serve.run(app, name=name, route_prefix=prefix)
         url = f"http://{self.settings.api_host}:{port}"
-        _wait_healthy(url, timeout=60)
+        _wait_live(url, timeout=60)
         return url
 
     def start_worker(self) -> None:
@@ -355,7 +356,8 @@ def start_local_ray(namespace: str, attempts: int = 4) -> None:
             time.sleep(3.0 * attempt)
 
 
-def _wait_healthy(url: str, timeout: float) -> None:
+def _wait_live(url: str, timeout: float) -> None:
+    """Until the API process answers (liveness): the worker is not started yet, so readiness cannot hold."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -364,4 +366,24 @@ def _wait_healthy(url: str, timeout: float) -> None:
         except httpx.HTTPError:
             pass
         time.sleep(0.3)
-    raise ServiceUnavailable(f"the API at {url} did not become healthy within {timeout:.0f}s")
+    raise ServiceUnavailable(f"the API at {url} did not answer within {timeout:.0f}s")
+
+
+def _wait_ready(url: str, timeout: float) -> None:
+    """Until ``/health`` says every dependency is ready (the worker has joined its group, the index is open).
+
+    A stack still degraded after ``timeout`` is not stopped: it is supervised like any other, and the log says
+    which checks fail (``mnemoflow status`` shows them too).
+    """
+    deadline = time.monotonic() + timeout
+    failing: object = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            response = httpx.get(f"{url}/health", timeout=5)
+            if response.status_code == 200:
+                return
+            failing = response.json().get("failing", response.text[:300])
+        except (httpx.HTTPError, ValueError) as exc:
+            failing = str(exc)
+        time.sleep(1.0)
+    log.warning("the stack is up but not ready after %.0fs; failing: %s", timeout, failing)
