@@ -76,7 +76,7 @@ async def _drive(handle: Any, users: int) -> dict[str, float]:
             user = queue.get_nowait()
             start = time.perf_counter()
             result = await handle.run.remote(("bench", user))
-            assert result["ok"], result
+            assert result.ok, result
             latencies.append(time.perf_counter() - start)
 
     started = time.perf_counter()

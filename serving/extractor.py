@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from dataclasses import asdict
 from typing import Any
 
 from ray import serve
 
 from mnemoflow.config import Settings
 from mnemoflow.memory.engines import l1_engines
-from mnemoflow.memory.l1_pipeline import L1Pipeline
+from mnemoflow.memory.l1_pipeline import L1Pipeline, L1RunReply
 from mnemoflow.ports import SystemClock
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.stores.factory import open_index
@@ -31,13 +30,13 @@ class ExtractorServer:
         make_llm = llm_factory(settings)
         extractor, judge = l1_engines(make_llm() if make_llm else None)
         self._pipeline = L1Pipeline(
-            files=LocalFileStore(settings.data_dir), store=self.store, embedder=embedder,
+            files=LocalFileStore(settings.data_dir, fsync=settings.fsync_files), store=self.store, embedder=embedder,
             extractor=extractor, judge=judge, clock=SystemClock(),
         )  # fmt: skip
         self._running: dict[tuple[str, str], asyncio.Task[Any]] = {}
         self._batch_sizes: deque[int] = deque(maxlen=1000)
 
-    async def _run_user(self, tenant: str, user: str) -> dict[str, Any]:
+    async def _run_user(self, tenant: str, user: str) -> L1RunReply:
         key = (tenant, user)
         task = self._running.get(key)
         if task is None:
@@ -45,12 +44,12 @@ class ExtractorServer:
             self._running[key] = task
             task.add_done_callback(lambda _: self._running.pop(key, None))
         try:
-            return {"ok": True, **asdict(await asyncio.shield(task))}
-        except Exception as exc:  # reported to the job agent, which retries with backoff or parks it
-            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            return L1RunReply(ok=True, result=await asyncio.shield(task))
+        except Exception as exc:  # reported to the job handler, which retries with backoff or parks it
+            return L1RunReply.failed(exc)
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)
-    async def run(self, requests: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    async def run(self, requests: list[tuple[str, str]]) -> list[L1RunReply]:
         self._batch_sizes.append(len(requests))
         return list(await asyncio.gather(*(self._run_user(t, u) for t, u in requests)))
 
@@ -71,5 +70,5 @@ class ExtractorClient:
     def __init__(self, app_name: str = "extractor") -> None:
         self._handle = serve.get_app_handle(app_name)
 
-    async def run(self, tenant: str, user: str) -> dict[str, Any]:
+    async def run(self, tenant: str, user: str) -> L1RunReply:
         return await self._handle.run.remote((tenant, user))

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from pydantic import BaseModel, ConfigDict
+
 from mnemoflow.memory.dedup import DedupConfig, Deduper, DedupJudge, NewAtom, Plan
 from mnemoflow.memory.l0 import L0Message
 from mnemoflow.memory.l1_extract import DecidingExtractor, Extractor, last_scene
@@ -48,6 +50,22 @@ class L1RunResult:
     """Calls a model engine makes for the same work: one per window with user text (extraction with the dedup
     decisions folded in) + judge passes for open atoms left undecided (``DedupStats.model_judge_passes``)."""
     atom_ids: list[str] = field(default_factory=list)
+
+
+class L1RunReply(BaseModel):
+    """The extractor's answer to one run request (Serve deployment -> stream worker): what the pass did, or why
+    it failed. A failure is a reply, not an exception, so the job handler hands it to the trigger machine, which
+    retries later or parks the work."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ok: bool
+    error: str | None = None
+    result: L1RunResult | None = None
+
+    @classmethod
+    def failed(cls, exc: BaseException) -> L1RunReply:
+        return cls(ok=False, error=f"{type(exc).__name__}: {exc}")
 
 
 @dataclass(frozen=True, slots=True)

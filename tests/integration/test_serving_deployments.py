@@ -95,6 +95,7 @@ def test_extractor_batches_concurrent_users_and_stores_their_atoms(serve_instanc
 
     from mnemoflow.events import TurnEvent
     from mnemoflow.memory.l0 import L0Writer
+    from mnemoflow.memory.l1_pipeline import L1RunReply
     from mnemoflow.memory.records import RecordLog
     from mnemoflow.storage import LocalFileStore
     from serving.extractor import build_extractor_app
@@ -109,11 +110,11 @@ def test_extractor_batches_concurrent_users_and_stores_their_atoms(serve_instanc
     settings = Settings(data_dir=tmp_path, embedder="hashing")
     handle = serve.run(build_extractor_app(settings, max_batch_size=16), name="extractor", route_prefix=None)
 
-    async def run_all() -> list[dict]:
+    async def run_all() -> list[L1RunReply]:
         return list(await asyncio.gather(*(handle.run.remote(("t", f"u{k}")) for k in range(16))))
 
     results = asyncio.run(run_all())
-    assert all(r["ok"] and r["stored"] > 0 for r in results), results
+    assert all(r.ok and r.result and r.result.stored > 0 for r in results), results
     sizes = handle.batch_sizes.remote().result()
     assert sum(sizes) == 16 and max(sizes) > 1, sizes  # the users reached the pipeline as shared batches
     for k in range(16):

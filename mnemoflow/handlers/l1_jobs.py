@@ -1,0 +1,105 @@
+"""``mnemoflow.jobs``: run the L1 passes that jobs ask for, one per user, and fire the trigger wake-ups.
+
+Jobs share the turns' partitions and key, so the worker that counts a user's turns also runs the user's jobs
+and alone writes the user's trigger state (through the same writer thread). A failed pass goes back to the
+trigger machine, which retries it later or, after the policy's last try, parks the job with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import TypeVar
+
+from mnemoflow.handlers.context import HandlerContext
+from mnemoflow.handlers.outcome import JobsOutcome, Outcome
+from mnemoflow.handlers.records import DeadLetter, RawRecord, parse_records
+from mnemoflow.memory.l1_pipeline import L1RunReply
+from mnemoflow.memory.l1_schedule import L1Job, L1Scheduler, UserKey
+from mnemoflow.retry import RetriesExhausted
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+L1Runner = Callable[[str, str], Awaitable[L1RunReply]]
+"""Runs one user's L1 pass (the extractor deployment)."""
+L1Done = Callable[[str, str], Awaitable[None]]
+"""Told after a successful pass (the user's curator schedules L2/L3)."""
+
+
+class L1JobsHandler:
+    """``run_l1`` None: no extractor is wired to this worker, and every job is parked saying so."""
+
+    def __init__(
+        self, ctx: HandlerContext, scheduler: L1Scheduler, run_l1: L1Runner | None, l1_done: L1Done | None = None
+    ) -> None:
+        self._ctx, self._scheduler, self._run_l1, self._l1_done = ctx, scheduler, run_l1, l1_done
+
+    async def handle(self, records: Sequence[RawRecord]) -> JobsOutcome:
+        now = self._ctx.clock.now()
+        if self._run_l1 is None:
+            return JobsOutcome(parked=[DeadLetter.of(r, "no extractor is wired to this worker", now) for r in records])
+        parsed = parse_records(L1Job, records, "job", now)
+        outcome = JobsOutcome(parked=parsed.parked)
+        try:
+            due = await self._scheduled(lambda: self._scheduler.runs_for(parsed.events, now), "plan L1 runs")
+        except RetriesExhausted as exc:
+            outcome.parked += [DeadLetter.of(r, str(exc), self._ctx.clock.now()) for r in parsed.records]
+            return outcome
+        while due:  # catch-up runs (turns that arrived during a run) follow at once
+            due = await self._run_all(due, outcome)
+        return outcome
+
+    async def tick(self) -> Outcome:
+        """The runs whose wake-up has come (idle users, retries after a failure), to publish as jobs."""
+        now = self._ctx.clock.now()
+        return Outcome(jobs=await self._scheduled(lambda: self._scheduler.due(now), "fire L1 wake-ups"))
+
+    async def forget(self) -> None:
+        """Another worker may own these users now: drop the wake-ups this one knew."""
+        await self._ctx.blocking(self._scheduler.forget)
+
+    async def _scheduled(self, fn: Callable[[], T], what: str) -> T:
+        """Scheduler work (trigger state in files) on the writer thread, with the retry policy."""
+        return await self._ctx.retry.call(lambda: self._ctx.blocking(fn), what, self._ctx.sleep)
+
+    async def _run(self, tenant: str, user: str) -> L1RunReply:
+        assert self._run_l1 is not None
+        try:
+            return await self._run_l1(tenant, user)
+        except Exception as exc:  # the extractor was unreachable: a failed pass like any other
+            return L1RunReply.failed(exc)
+
+    async def _run_all(self, due: dict[UserKey, L1Job], outcome: JobsOutcome) -> dict[UserKey, L1Job]:
+        replies = await asyncio.gather(*(self._run(tenant, user) for tenant, user in due))
+        follow: dict[UserKey, L1Job] = {}
+        for (key, job), reply in zip(due.items(), replies, strict=True):
+            outcome.runs.setdefault(key, []).append(reply)
+            error = None if reply.ok else reply.error or "failed without a reason"
+            if error is not None:
+                log.warning("L1 for %s failed: %s", job.key, error)
+            try:
+                catch_up, dead = await self._settle(key, error)
+            except RetriesExhausted as exc:
+                outcome.parked.append(self._dead(job, str(exc)))
+                continue
+            if dead:
+                outcome.parked.append(self._dead(job, f"L1 gave up: {dead}"))
+            if catch_up is not None:
+                follow[key] = catch_up
+            if error is None and self._l1_done is not None:
+                try:
+                    await self._l1_done(*key)
+                except Exception as exc:  # the curator also wakes on its own timer; L2 is late, not lost
+                    log.warning("curator not told about %s: %s", job.key, exc)
+        return follow
+
+    async def _settle(self, key: UserKey, error: str | None) -> tuple[L1Job | None, str | None]:
+        now: datetime = self._ctx.clock.now()
+        return await self._scheduled(lambda: self._scheduler.on_result(*key, now, error), "record the L1 result")
+
+    def _dead(self, job: L1Job, reason: str) -> DeadLetter:
+        record = RawRecord(value=job.model_dump_json().encode(), key=job.key.encode())
+        return DeadLetter.of(record, reason, self._ctx.clock.now())

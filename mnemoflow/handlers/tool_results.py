@@ -1,0 +1,47 @@
+"""``mnemoflow.tool-results``: store refs and offload entries, then tell the session shards what was added.
+
+The refs and entries of a batch form one group commit, durable before the shards hear of them and before Kafka
+commits the batch's offsets. A shard that is not told catches up from ``offload.jsonl`` when it next syncs or
+is read, so a failed notification is logged, not retried.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+from mnemoflow.events import ToolResultEvent
+from mnemoflow.handlers.context import HandlerContext
+from mnemoflow.handlers.outcome import ToolResultsOutcome
+from mnemoflow.handlers.records import RawRecord
+from mnemoflow.offload.entries import OffloadWriter, SessionAppend
+from mnemoflow.ports import FileStore
+
+log = logging.getLogger(__name__)
+
+ShardNotifier = Callable[[list[SessionAppend]], Awaitable[None]]
+"""Sends each session shard the new entries of its sessions (the Ray actors)."""
+
+
+class ToolResultsHandler:
+    def __init__(self, ctx: HandlerContext, files: FileStore, notify: ShardNotifier | None = None) -> None:
+        self._ctx, self._files, self._notify = ctx, files, notify
+        self._offload = OffloadWriter(files)
+
+    async def handle(self, records: Sequence[RawRecord]) -> ToolResultsOutcome:
+        applied = await self._ctx.apply(records, ToolResultEvent, "tool-result", self._write)
+        outcome = ToolResultsOutcome(parked=applied.parked, appended=applied.result or [])
+        if outcome.appended and self._notify is not None:
+            try:
+                await self._notify(outcome.appended)
+            except Exception as exc:
+                log.warning("session shards not notified (%d sessions): %s", len(outcome.appended), exc)
+        return outcome
+
+    def _write(self, events: list[ToolResultEvent]) -> list[SessionAppend]:
+        with self._files.group_commit():
+            return self._offload.write(events)
+
+    async def forget(self) -> None:
+        """Another worker may own these sessions now: drop what this one knew (see ``OffloadWriter.forget``)."""
+        await self._ctx.blocking(self._offload.forget)

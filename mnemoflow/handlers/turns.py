@@ -1,0 +1,55 @@
+"""``mnemoflow.turns``: append new turns to L0 and count them for L1; the runs that become due are published.
+
+The L0 append and the trigger states it updates form one group commit, durable before :meth:`handle` returns
+and so before Kafka commits the batch's offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+
+from mnemoflow.events import TurnEvent
+from mnemoflow.handlers.context import HandlerContext
+from mnemoflow.handlers.outcome import TurnsOutcome
+from mnemoflow.handlers.records import RawRecord
+from mnemoflow.memory.l0 import L0Writer
+from mnemoflow.memory.l1_schedule import L1Job, L1Scheduler
+from mnemoflow.ports import FileStore
+
+log = logging.getLogger(__name__)
+
+
+class TurnsHandler:
+    """``scheduler`` None: L1 is not scheduled from this worker (disabled, or no extractor to run it)."""
+
+    def __init__(self, ctx: HandlerContext, files: FileStore, scheduler: L1Scheduler | None = None) -> None:
+        self._ctx, self._files, self._scheduler = ctx, files, scheduler
+        self._l0 = L0Writer(files)
+
+    async def handle(self, records: Sequence[RawRecord]) -> TurnsOutcome:
+        now = self._ctx.clock.now()
+        applied = await self._ctx.apply(records, TurnEvent, "turn", lambda events: self._write(events, now))
+        outcome = TurnsOutcome(parked=applied.parked)
+        if applied.result is not None:
+            (outcome.written, outcome.skipped), outcome.jobs = applied.result
+        return outcome
+
+    def _write(self, events: list[TurnEvent], now: datetime) -> tuple[tuple[int, int], list[L1Job]]:
+        with self._files.group_commit():
+            counts = self._l0.write(events)
+            return counts, self._schedule(events, now)
+
+    def _schedule(self, events: list[TurnEvent], now: datetime) -> list[L1Job]:
+        if self._scheduler is None:
+            return []
+        try:
+            return self._scheduler.on_turns(events, now)
+        except Exception as exc:  # the turns are in L0: L1 reads them at the user's next trigger, late, not lost
+            log.warning("L1 triggers not updated for %d turns: %s", len(events), exc)
+            return []
+
+    async def forget(self) -> None:
+        """Another worker may own these users now: drop what this one knew (see ``L0Writer.forget``)."""
+        await self._ctx.blocking(self._l0.forget)

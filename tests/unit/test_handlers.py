@@ -1,0 +1,254 @@
+"""The stream handlers driven inline: temporary-directory files, a manual clock, a sleep that only advances it.
+
+The Faust wiring (``streams/app.py``) only converts records and produces what an outcome lists; everything
+decided per record is checked here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+from pydantic import BaseModel
+
+from mnemoflow.config import TOPIC_DEAD_LETTERS, TOPIC_JOBS, TOPIC_TOOL_RESULTS, TOPIC_TURNS
+from mnemoflow.errors import StorageError
+from mnemoflow.events import ToolResultEvent, TurnEvent
+from mnemoflow.handlers import (
+    HandlerContext,
+    L1JobsHandler,
+    RawRecord,
+    ToolResultsHandler,
+    TurnsHandler,
+    WriterThread,
+)
+from mnemoflow.memory.l0 import read_l0
+from mnemoflow.memory.l1_pipeline import L1RunReply, L1RunResult
+from mnemoflow.memory.l1_schedule import L1Job, L1Scheduler
+from mnemoflow.memory.l1_state import load_triggers
+from mnemoflow.memory.triggers import L1Triggers, TriggerConfig
+from mnemoflow.offload.entries import SessionAppend, read_entries, read_ref
+from mnemoflow.retry import RetryPolicy
+from mnemoflow.storage import LocalFileStore
+from mnemoflow.testing import ManualClock
+
+T = TypeVar("T")
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+class Flaky(LocalFileStore):
+    """Appends fail ``failures`` times, then work; records the thread every append ran on."""
+
+    def __init__(self, root: Path, failures: int = 0) -> None:
+        super().__init__(root)
+        self.failures = failures
+        self.threads: list[str] = []
+
+    def append_lines(self, path: str, lines: list[str]) -> None:
+        self.threads.append(threading.current_thread().name)
+        if self.failures:
+            self.failures -= 1
+            raise StorageError("disk hiccup")
+        super().append_lines(path, lines)
+
+
+class Setup:
+    def __init__(self, tmp_path: Path, failures: int = 0, attempts: int = 3) -> None:
+        self.clock = ManualClock(T0)
+        self.files = Flaky(tmp_path, failures)
+        self.slept: list[float] = []
+        policy = RetryPolicy(attempts=attempts, base_delay=0.5)
+        self.ctx = HandlerContext(self.clock, policy, WriterThread(), self.sleep)
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.clock.advance(seconds)
+
+
+def run(coro: Awaitable[T]) -> T:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def record(event: BaseModel | bytes, offset: int, topic: str = TOPIC_TURNS) -> RawRecord:
+    value = event if isinstance(event, bytes) else event.model_dump_json().encode()
+    return RawRecord(value, b"t/key", topic, 3, offset)
+
+
+def turn(i: int, user: str = "ana", role: str = "user") -> TurnEvent:
+    return TurnEvent(tenant="t", message_id=f"m{i}", user=user, session="s", role=role, content=f"hi {i}", ts=T0)
+
+
+def result(i: int, session: str = "s1") -> ToolResultEvent:
+    return ToolResultEvent(tenant="t", session=session, tool_call_id=f"c{i}", tool_name="bash", arguments="{}",
+                           content=f"out {i}\n", ts=T0)  # fmt: skip
+
+
+def test_turns_are_written_and_bad_records_parked_with_origin_bytes_and_reason(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    handler = TurnsHandler(s.ctx, s.files)
+    bad = b'{"tenant": "t", "role": "robot"}'
+    out = run(handler.handle([record(turn(0), 10), record(bad, 11), record(turn(1), 12)]))
+    assert (out.written, out.skipped, out.jobs) == (2, 0, [])
+    assert [m.id for m in read_l0(s.files, "t", "ana")] == ["m0", "m1"]
+    [dead] = out.parked
+    assert (dead.topic, dead.partition, dead.offset, dead.key) == (TOPIC_TURNS, 3, 11, "t/key")
+    assert dead.value == bad and dead.reason.startswith("invalid turn event: ") and dead.parked_at == T0
+    [message] = out.messages()
+    assert (message.topic, message.key) == (TOPIC_DEAD_LETTERS, b"t/key")
+    assert json.loads(message.value)["reason"] == dead.reason
+
+
+def test_a_replayed_batch_writes_nothing_twice(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    records = [record(turn(i), i) for i in range(4)]
+    run(TurnsHandler(s.ctx, s.files).handle(records[:2]))
+    out = run(TurnsHandler(s.ctx, s.files).handle(records))  # a restarted worker: the files are the truth
+    assert (out.written, out.skipped) == (2, 2)
+
+
+def test_file_work_runs_on_the_writer_thread_not_the_event_loop(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    run(TurnsHandler(s.ctx, s.files).handle([record(turn(0), 0)]))
+    assert s.files.threads and all(name.startswith("mnemoflow-writer") for name in s.files.threads)
+
+
+def test_a_failing_write_is_retried_with_backoff_then_succeeds(tmp_path: Path) -> None:
+    s = Setup(tmp_path, failures=2)
+    out = run(TurnsHandler(s.ctx, s.files).handle([record(turn(0), 0), record(turn(1), 1)]))
+    assert s.slept == [0.5, 1.0] and (out.written, out.parked) == (2, [])
+    assert [m.id for m in read_l0(s.files, "t", "ana")] == ["m0", "m1"]
+
+
+def test_a_write_that_keeps_failing_parks_every_parsed_record_with_the_last_error(tmp_path: Path) -> None:
+    s = Setup(tmp_path, failures=99, attempts=3)
+    out = run(TurnsHandler(s.ctx, s.files).handle([record(turn(0), 5), record(b"{}", 6), record(turn(1), 7)]))
+    assert s.slept == [0.5, 1.0] and out.written == 0
+    assert [d.offset for d in out.parked] == [6, 5, 7]
+    assert out.parked[1].reason == "write turn failed after 3 tries: disk hiccup"
+    assert out.parked[1].parked_at == T0.replace(second=1, microsecond=500_000)  # the clock the sleeps moved
+
+
+def test_new_turns_make_l1_runs_due_and_they_are_published_as_jobs(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    handler = TurnsHandler(s.ctx, s.files, L1Scheduler(s.files))
+    out = run(handler.handle([record(turn(0), 0), record(turn(1, role="assistant"), 1), record(turn(2, "bo"), 2)]))
+    assert sorted((j.user, j.kind, j.reason, j.requested_at) for j in out.jobs) == [
+        ("ana", "run", "threshold", T0), ("bo", "run", "threshold", T0)
+    ]  # fmt: skip
+    messages = out.messages()
+    assert {(m.topic, m.key) for m in messages} == {(TOPIC_JOBS, b"t/ana"), (TOPIC_JOBS, b"t/bo")}
+    assert load_triggers(s.files, "t", "ana").running
+
+
+class BrokenScheduler(L1Scheduler):
+    def on_turns(self, events: object, now: datetime) -> list[L1Job]:
+        raise StorageError("triggers unreadable")
+
+
+def test_a_scheduling_failure_is_logged_and_the_turns_stay_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    s = Setup(tmp_path)
+    with caplog.at_level(logging.WARNING, "mnemoflow.handlers"):
+        out = run(TurnsHandler(s.ctx, s.files, BrokenScheduler(s.files)).handle([record(turn(0), 0)]))
+    assert (out.written, out.jobs, out.parked) == (1, [], [])
+    assert "L1 triggers not updated for 1 turns: triggers unreadable" in caplog.text
+
+
+def test_tool_results_are_stored_and_the_shards_told_what_was_added(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    told: list[list[SessionAppend]] = []
+
+    async def notify(appended: list[SessionAppend]) -> None:
+        told.append(appended)
+
+    handler = ToolResultsHandler(s.ctx, s.files, notify)
+    records = [record(result(0), 0, TOPIC_TOOL_RESULTS), record(b"not json", 1, TOPIC_TOOL_RESULTS),
+               record(result(1, "s2"), 2, TOPIC_TOOL_RESULTS)]  # fmt: skip
+    out = run(handler.handle(records))
+    assert [(a.session, [e.tool_call_id for e in a.new_entries], a.last_seq) for a in out.appended] == [
+        ("s1", ["c0"], 0), ("s2", ["c1"], 0)
+    ]  # fmt: skip
+    assert told == [out.appended]
+    assert [d.reason.split(":")[0] for d in out.parked] == ["invalid tool-result event"]
+    assert read_ref(s.files, "t", "s2", "c1") == b"out 1\n" and len(read_entries(s.files, "t", "s1")) == 1
+
+
+def test_a_failed_notification_is_logged_not_fatal(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    s = Setup(tmp_path)
+
+    async def notify(appended: list[SessionAppend]) -> None:
+        raise ConnectionError("shard 2 is restarting")
+
+    with caplog.at_level(logging.WARNING, "mnemoflow.handlers"):
+        out = run(ToolResultsHandler(s.ctx, s.files, notify).handle([record(result(0), 0, TOPIC_TOOL_RESULTS)]))
+    assert len(out.appended) == 1 and out.parked == [] and s.slept == []
+    assert "session shards not notified (1 sessions): shard 2 is restarting" in caplog.text
+
+
+def job(user: str = "ana", kind: str = "run") -> L1Job:
+    return L1Job(kind=kind, tenant="t", user=user, reason="threshold", requested_at=T0)  # type: ignore[arg-type]
+
+
+Runner = Callable[[str, str], Awaitable[L1RunReply]]
+
+
+def jobs_handler(s: Setup, runner: Runner | None, attempts: int = 2) -> tuple[L1JobsHandler, list[tuple[str, str]]]:
+    done: list[tuple[str, str]] = []
+
+    async def l1_done(tenant: str, user: str) -> None:
+        done.append((tenant, user))
+
+    triggers = L1Triggers(TriggerConfig(warmup=False, every_n=1, retry=RetryPolicy(attempts=attempts, base_delay=30)))
+    return L1JobsHandler(s.ctx, L1Scheduler(s.files, triggers), runner, l1_done), done
+
+
+def test_jobs_without_an_extractor_are_parked_saying_so(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    handler, _ = jobs_handler(s, None)
+    out = run(handler.handle([record(job(), 0, TOPIC_JOBS)]))
+    assert [(d.offset, d.reason) for d in out.parked] == [(0, "no extractor is wired to this worker")]
+
+
+def test_a_successful_run_is_reported_and_the_curator_told(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+
+    async def runner(tenant: str, user: str) -> L1RunReply:
+        return L1RunReply(ok=True, result=L1RunResult(stored=3))
+
+    handler, done = jobs_handler(s, runner)
+    records = [record(job(), 0, TOPIC_JOBS), record(job(), 1, TOPIC_JOBS), record(b"[]", 2, TOPIC_JOBS)]
+    out = run(handler.handle(records))
+    assert [r.result.stored for r in out.runs[("t", "ana")] if r.result] == [3]  # one run per user and batch
+    assert done == [("t", "ana")] and [d.offset for d in out.parked] == [2]
+
+
+def test_failed_runs_are_retried_by_the_trigger_policy_then_parked_with_the_reason(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    replies = [L1RunReply(ok=False, error="model down"), ConnectionError("extractor gone")]
+
+    async def runner(tenant: str, user: str) -> L1RunReply:
+        reply = replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    handler, done = jobs_handler(s, runner, attempts=2)
+    out = run(handler.handle([record(job(), 0, TOPIC_JOBS)]))
+    assert out.parked == [] and out.runs[("t", "ana")][0].error == "model down"
+    assert run(handler.tick()).jobs == []  # the retry waits for its backoff
+    s.clock.advance(30)
+    [retry] = run(handler.tick()).jobs
+    assert (retry.reason, retry.requested_at) == ("retry", s.clock.now())
+    out = run(handler.handle([record(retry, 1, TOPIC_JOBS)]))
+    [dead] = out.parked
+    assert dead.reason == "L1 gave up: ConnectionError: extractor gone" and dead.key == "t/ana"
+    assert L1Job.model_validate_json(dead.value) == retry and done == []
+    assert [m.topic for m in out.messages()] == [TOPIC_DEAD_LETTERS]
