@@ -214,13 +214,16 @@ def curator_name(index: int) -> str:
 def build_curators(n: int, data_dir: str | Path, namespace: str, *, tick_seconds: float = 5.0,
                    max_users: int = 100_000, max_concurrent_runs: int = 2, timing: L2Timing = DEFAULT_TIMING,
                    batch_size: int = 20, persona_every_n: int = 50,
-                   llm_factory: Callable[[], LLM] | None = None) -> list[Any]:  # fmt: skip
-    """Create (or find) the ``n`` named curator actors, wait until each is up and its tick loop runs."""
+                   llm_factory: Callable[[], LLM] | None = None,
+                   lifetime: str | None = None) -> list[Any]:  # fmt: skip
+    """Create (or find) the ``n`` named curator actors, wait until each is up and its tick loop runs.
+
+    ``lifetime="detached"`` (the cluster shape) keeps them alive after the creating process ends."""
     remote = ray.remote(UserCurator)
     root = str(Path(data_dir).resolve())
     handles = [
         remote.options(name=curator_name(i), namespace=namespace, get_if_exists=True, num_cpus=0,
-                       max_restarts=-1, max_task_retries=3).remote(
+                       lifetime=lifetime, max_restarts=-1, max_task_retries=3).remote(
             i, n, root, tick_seconds=tick_seconds, max_users=max_users, max_concurrent_runs=max_concurrent_runs,
             timing=timing, batch_size=batch_size, persona_every_n=persona_every_n, llm_factory=llm_factory)
         for i in range(n)

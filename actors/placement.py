@@ -33,8 +33,10 @@ def llm_factory(settings: Settings) -> Callable[[], Any] | None:
     return serve_llm
 
 
-def build_shards(settings: Settings) -> list[Any]:
-    """Create (or find) the N named shard actors. They restart on failure and reload from files."""
+def build_shards(settings: Settings, lifetime: str | None = None) -> list[Any]:
+    """Create (or find) the N named shard actors. They restart on failure and reload from files.
+
+    ``lifetime="detached"`` (the cluster shape) keeps them alive after the creating process ends."""
     remote = ray.remote(SessionShard)
     data_dir = str(settings.data_dir.resolve())
     handles = [
@@ -42,6 +44,7 @@ def build_shards(settings: Settings) -> list[Any]:
             name=shard_name(i),
             namespace=settings.ray_namespace,
             get_if_exists=True,
+            lifetime=lifetime,
             num_cpus=0,
             max_restarts=-1,
             max_task_retries=3,

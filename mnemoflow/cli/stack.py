@@ -131,42 +131,24 @@ class Stack:
         self._build_curators()
 
     def _build_shards(self) -> None:
-        from actors import build_shards
+        from serving.builder import ensure_shards
 
-        self.shards = build_shards(self.settings)  # the driver owns them: they live while it holds the handles
+        self.shards = ensure_shards(self.settings, detached=False)  # the driver owns them while it holds the handles
 
     def _build_curators(self) -> None:
-        from datetime import timedelta
+        from serving.builder import ensure_curators
 
-        from actors import build_curators, llm_factory
-        from mnemoflow.memory.l2_schedule import L2Timing
-
-        s = self.settings
-        timing = L2Timing(
-            delay_after_l1=timedelta(seconds=s.l2_delay_after_l1_seconds),
-            min_interval=timedelta(seconds=s.l2_min_interval_seconds),
-            max_interval=timedelta(seconds=s.l2_max_interval_seconds),
-        )
-        self.curators = build_curators(
-            s.curator_shards, s.data_dir, s.ray_namespace, tick_seconds=s.curator_tick_seconds, timing=timing,
-            llm_factory=llm_factory(s),
-        )  # fmt: skip
+        self.curators = ensure_curators(self.settings, detached=False)
 
     def _start_serve(self, bootstrap: str) -> str:
         from ray import serve
 
-        from serving.app import build_app
-        from serving.extractor import build_extractor_app
+        from serving.builder import applications
         from streams.broker import free_port
 
         port = self.settings.api_port or free_port(self.settings.api_host)
         serve.start(http_options={"host": self.settings.api_host, "port": port}, grpc_options={"port": 0})
-        if self.settings.llm_engine != "heuristic":
-            from serving.llm import build_llm_app
-
-            self._serve_apps["llm"] = (build_llm_app(self.settings), None)
-        self._serve_apps["extractor"] = (build_extractor_app(self.settings), None)
-        self._serve_apps["mnemoflow"] = (build_app(self.settings, bootstrap), "/")
+        self._serve_apps.update(applications(self.settings, bootstrap))  # the builders a RayService names
         for name, (app, prefix) in self._serve_apps.items():
             serve.run(app, name=name, route_prefix=prefix)
         url = f"http://{self.settings.api_host}:{port}"
