@@ -13,11 +13,9 @@ KAFKA := .cache/kafka/.complete
 
 .PHONY: install up test test-fast bench
 
-$(INSTALLED): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	ls $(WHEELS)/llama_cpp_python-0.3.36-*.whl > /dev/null 2>&1 || $(BIN)/pip wheel --quiet --no-deps -w $(WHEELS) "$(LLAMA)"
-	$(BIN)/pip install --quiet --find-links $(WHEELS) -e ".[dev]"
+# tools/install.sh holds the steps, so that the Dockerfiles run exactly what CI runs.
+$(INSTALLED): pyproject.toml tools/install.sh
+	PYTHON=$(PYTHON) VENV=$(VENV) WHEELS=$(WHEELS) LLAMA="$(LLAMA)" EXTRAS=dev EDITABLE=1 bash tools/install.sh
 	touch $@
 
 $(MERMAID): tools/mermaid-check/package-lock.json
