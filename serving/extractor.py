@@ -19,10 +19,12 @@ from mnemoflow.memory.l1_pipeline import L1Pipeline, L1RunReply
 from mnemoflow.ports import SystemClock
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.stores.factory import open_index
+from serving.loopback import keep_replica_on_loopback
 
 
 class ExtractorServer:
     def __init__(self, settings: Settings, max_batch_size: int = 16) -> None:
+        keep_replica_on_loopback()
         self.run.set_max_batch_size(max_batch_size)  # 1 turns batching off (the benchmark compares both)
         embedder, self.store = open_index(settings)
         from actors import llm_factory
