@@ -7,7 +7,8 @@ Prints a table and writes bench/results/ingest.json. The clock starts at the fir
 when the last line is on disk, so it measures the whole path, worker included (the worker is up and has joined
 its group before the clock starts). RSS sums every process of the stack: this driver (which hosts Ray's driver
 and the embedded broker's parent), Ray's GCS/raylet/workers, the Serve controller, proxy and replica, the shard
-actors, the Faust worker and the broker (the Apache Kafka JVM, or tansu).
+actors, the Faust worker and the broker (the Apache Kafka JVM, or tansu). A last Kafka-only run with
+``fsync_files=False`` shows what making the files durable before each commit costs.
 """
 
 from __future__ import annotations
@@ -147,10 +148,11 @@ def post_api(api: str, batch: list[TurnEvent], per_request: int = 500, threads: 
             list(pool.map(send, bodies))
 
 
-def run_one(broker: str, n_kafka: int, n_api: int, measure_memory: bool) -> dict:
+def run_one(broker: str, n_kafka: int, n_api: int, measure_memory: bool, fsync: bool = True) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"mnemoflow-bench-{broker}-") as tmp:
         data_dir = Path(tmp)
-        settings = Settings(data_dir=data_dir, embedded_broker=broker, api_port=0, api_keys={"bench": KEY})
+        settings = Settings(data_dir=data_dir, embedded_broker=broker, api_port=0, api_keys={"bench": KEY},
+                            fsync_files=fsync)  # fmt: skip
         stack = Stack(settings)
         info = stack.start()
         try:
@@ -164,6 +166,8 @@ def run_one(broker: str, n_kafka: int, n_api: int, measure_memory: bool) -> dict
             t0 = time.perf_counter()
             asyncio.run(produce(info.bootstrap, batch))
             result["kafka_to_l0"] = n_kafka / (wait_lines(data_dir, base + n_kafka, 600) - t0)
+            if not n_api:
+                return result
             base = count_lines(data_dir)
             batch = events(n_api, "a")
             t0 = time.perf_counter()
@@ -188,10 +192,12 @@ def main() -> None:
     started = time.perf_counter()
     apache = run_one("kafka", n_kafka, n_api, measure_memory=True)
     tansu = run_one("tansu", n_kafka, n_api, measure_memory=False)
+    no_fsync = run_one("kafka", n_kafka, 0, measure_memory=False, fsync=False)  # what durable files cost
 
     results = {
         "kafka_to_l0_events_per_s": {"apache": round(apache["kafka_to_l0"]), "tansu": round(tansu["kafka_to_l0"])},
         "api_to_l0_events_per_s": {"apache": round(apache["api_to_l0"]), "tansu": round(tansu["api_to_l0"])},
+        "kafka_to_l0_files_not_fsynced_events_per_s": {"apache": round(no_fsync["kafka_to_l0"])},
         "idle_rss_mib": round(apache["idle_rss_mib"]),
         "loaded_rss_mib": round(apache["loaded_rss_mib"]),
         "idle_pss_mib": round(apache["idle_pss_mib"]),
@@ -213,6 +219,8 @@ def main() -> None:
         table.add_column(col)
     table.add_row("Kafka produce → L0 (events/s)", *map(str, results["kafka_to_l0_events_per_s"].values()))
     table.add_row("API submit → L0 (events/s)", *map(str, results["api_to_l0_events_per_s"].values()))
+    no_fsync_row = results["kafka_to_l0_files_not_fsynced_events_per_s"]["apache"]
+    table.add_row("Kafka produce → L0, files not fsynced (events/s)", str(no_fsync_row), "")
     table.add_row("stack RSS idle / loaded (MiB)", f"{results['idle_rss_mib']} / {results['loaded_rss_mib']}", "")
     table.add_row("stack PSS idle / loaded (MiB)", f"{results['idle_pss_mib']} / {results['loaded_pss_mib']}", "")
     Console().print(table)
