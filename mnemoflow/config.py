@@ -28,6 +28,8 @@ TOPIC_TURNS = "mnemoflow.turns"
 TOPIC_TOOL_RESULTS = "mnemoflow.tool-results"
 TOPIC_JOBS = "mnemoflow.jobs"
 TOPIC_DEAD_LETTERS = "mnemoflow.dead-letters"
+SERVICE_DIRS = frozenset({"index", "logs", "kafka", "faust"})
+"""Folders of the stack itself under the data directory, beside one folder per tenant: not tenant names."""
 WORKER_GROUP = "mnemoflow"
 """The Faust app id, hence the Kafka consumer group of the workers (``/health`` reads its members and lag)."""
 
@@ -149,6 +151,8 @@ class Settings(BaseSettings):
         owner: dict[str, str] = {}
         for tenant, tenant_keys in keys.items():
             check_id(tenant)
+            if tenant in SERVICE_DIRS:
+                raise ValueError(f"tenant {tenant!r} would share <data_dir>/{tenant} with the stack itself")
             if not tenant_keys:
                 raise ValueError(f"tenant {tenant!r} has no API key")
             for key in tenant_keys:

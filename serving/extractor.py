@@ -58,6 +58,10 @@ class ExtractorServer:
     def batch_sizes(self) -> list[int]:
         return list(self._batch_sizes)
 
+    async def check(self) -> str:
+        """Readiness of this replica, for ``/health``: it answers, and says how many users' runs are in flight."""
+        return f"{len(self._running)} runs in flight"
+
 
 def build_extractor_app(settings: Settings, replicas: int = 1, max_batch_size: int = 16) -> Any:
     deployment = serve.deployment(

@@ -1,5 +1,5 @@
 """The checks behind ``/health`` in a running stack: the broker and the Faust workers (:mod:`serving.health_kafka`),
-the named Ray actors, the atom index the API reads for recall, and the model when one is configured.
+the named Ray actors, the atom index the API reads for recall, the extractor, and the model when one is configured.
 
 Each check is a coroutine function that returns a short detail or raises; :func:`mnemoflow.health.run_checks`
 runs them at once under one deadline and cancels what is late. Blocking calls (a Ray name lookup, the index
@@ -52,10 +52,10 @@ async def atom_index(deps: ApiDeps, query: Executor) -> str:
     return f"readable ({store.embedding_model}, dim {store.dim})"
 
 
-class LlmProbe:
-    """The ``llm`` Serve application answers ``check()``; its replica pings an OpenAI-compatible upstream."""
+class ServeAppProbe:
+    """A Serve application answers ``check()`` through its handle (the ``llm`` replica also pings its upstream)."""
 
-    def __init__(self, lookup: Executor, app_name: str = "llm") -> None:
+    def __init__(self, lookup: Executor, app_name: str) -> None:
         self._lookup, self._app_name = lookup, app_name
         self._handle: Any = None
 
@@ -83,9 +83,10 @@ def runtime_checks(settings: Settings, bootstrap: str, shards: ActorRouter) -> C
             "session_shards": partial(actors_alive, shards, settings.session_shards, ray_lookup),
             "curators": partial(actors_alive, curators, settings.curator_shards, ray_lookup),
             "atom_index": partial(atom_index, deps, index_query),
+            "extractor": ServeAppProbe(ray_lookup, "extractor"),
         }
         if settings.llm_engine != "heuristic":
-            checks["llm"] = LlmProbe(ray_lookup)
+            checks["llm"] = ServeAppProbe(ray_lookup, "llm")
         return checks
 
     return build

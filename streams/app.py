@@ -16,7 +16,7 @@ from typing import Any
 
 import faust
 
-from mnemoflow.config import TOPIC_DEAD_LETTERS, TOPIC_JOBS, TOPIC_TOOL_RESULTS, TOPIC_TURNS, Settings
+from mnemoflow.config import TOPIC_DEAD_LETTERS, TOPIC_JOBS, TOPIC_TOOL_RESULTS, TOPIC_TURNS, WORKER_GROUP, Settings
 from mnemoflow.handlers import (
     HandlerContext,
     L1Done,
@@ -55,9 +55,10 @@ def build_app(
 ) -> faust.App:
     """Faust app wired to the core. The callables reach the Ray actors and Serve deployments (None: not wired)."""
     app = faust.App(
-        "mnemoflow",
+        WORKER_GROUP,  # the app id is the consumer group (health, KEDA and the assignor topic name it)
         broker=faust_broker_url(bootstrap),
         store="memory://",
+        datadir=str(settings.data_dir / "faust"),  # not the folder the worker happened to start in
         web_enabled=False,
         topic_allow_declare=False,  # topics are created by streams.topics.ensure_topics with our partitions
         consumer_auto_offset_reset="earliest",

@@ -223,7 +223,9 @@ def test_health_reports_each_dependency_and_a_stopped_worker_through_serve(stack
     assert httpx.get(f"{url}/health/live").json() == {"status": "ok"}
     body = wait_health(url, 200)  # the worker group settles after the SIGKILL and restart above
     checks = {c["name"]: c for c in body["checks"]}
-    assert body["status"] == "ok" and list(checks) == ["broker", "worker", "session_shards", "curators", "atom_index"]
+    assert body["status"] == "ok" and list(checks) == [
+        "broker", "worker", "session_shards", "curators", "atom_index", "extractor"
+    ]
     assert "Stable" in checks["worker"]["detail"] and "mnemoflow.turns" in checks["worker"]["detail"]
     assert checks["session_shards"]["detail"] == "4/4 alive", checks
     started = time.monotonic()

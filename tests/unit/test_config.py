@@ -85,3 +85,8 @@ def test_rate_limits_name_tenants_by_id() -> None:
         Settings(rate_limits={"../x": {"per_second": 1, "burst": 1}})
     with pytest.raises(ValidationError):
         Settings(rate_limits={"acme": {"per_second": 0, "burst": 1}})
+
+
+def test_a_tenant_cannot_take_the_name_of_a_service_folder() -> None:
+    with pytest.raises(ValidationError, match="stack itself"):
+        Settings(api_keys={"kafka": "k1"})
