@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_TENANT = "default"
+UNHEALTHY_GRACE_S = 60.0  # how long Serve may take to replace an application's dead replicas before we redeploy it
 LOCAL_RAY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray treats this machine as a single-node install
 
 
@@ -72,6 +73,7 @@ class Stack:
         self._serve_apps: dict[str, Any] = {}
         self._backoff = RestartBackoff()
         self._next_deep_check = 0.0
+        self._unhealthy_since: dict[str, float] = {}
         self.shards: list[object] = []
         self.curators: list[object] = []
         self.info: StackInfo | None = None
@@ -252,6 +254,10 @@ class Stack:
         status = serve.status().applications
         for name, (app, prefix) in self._serve_apps.items():
             state = str(getattr(status.get(name), "status", "MISSING")).rsplit(".", 1)[-1]
+            if state != "UNHEALTHY":
+                self._unhealthy_since.pop(name, None)
+            elif now - self._unhealthy_since.setdefault(name, now) < UNHEALTHY_GRACE_S:
+                continue  # Serve is replacing a dead replica itself; redeploy only an application stuck there
             if state in ("DEPLOY_FAILED", "UNHEALTHY", "MISSING"):
 
                 def redeploy(app: Any = app, name: str = name, prefix: str | None = prefix) -> None:
