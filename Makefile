@@ -11,7 +11,7 @@ MERMAID := tools/mermaid-check/node_modules/.installed
 # The embedded broker's Apache Kafka jars, resolved from Maven Central (the marker is fetch.sh's own).
 KAFKA := .cache/kafka/.complete
 
-.PHONY: install up test test-fast bench
+.PHONY: install up test test-fast bench k8s-tools
 
 # tools/install.sh holds the steps, so that the Dockerfiles run exactly what CI runs.
 $(INSTALLED): pyproject.toml tools/install.sh
@@ -30,7 +30,12 @@ install: $(INSTALLED) $(KAFKA)
 up: install
 	$(BIN)/mnemoflow up
 
-test: install $(MERMAID)
+# kube-apiserver, etcd, kubectl and kubeconform for tests/k8s, built from Go modules once (~7 min on 2 cores) and
+# cached by version under ~/.cache/mnemoflow-k8s; a warm run only checks the cache.
+k8s-tools: $(INSTALLED)
+	PYTHON=$(BIN)/python bash tools/k8s/build.sh > /dev/null
+
+test: install $(MERMAID) k8s-tools
 	$(BIN)/python -m pytest
 
 test-fast: $(INSTALLED)
