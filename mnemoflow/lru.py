@@ -23,10 +23,15 @@ class LRU(Generic[K, V]):
             return self._items[key]
         except KeyError:
             value = load(key)
-            self._items[key] = value
-            if len(self._items) > self.capacity:
-                self._items.popitem(last=False)
+            self.put(key, value)
             return value
+
+    def put(self, key: K, value: V) -> None:
+        """Insert or replace, as the most recently used; the least recently used goes beyond capacity."""
+        self._items[key] = value
+        self._items.move_to_end(key)
+        if len(self._items) > self.capacity:
+            self._items.popitem(last=False)
 
     def pop(self, key: K) -> V | None:
         return self._items.pop(key, None)

@@ -47,24 +47,34 @@ class L1Scheduler:
         self.triggers = triggers or L1Triggers()
         self._wake: dict[UserKey, datetime] = {}
         self._max_wakeups = max_wakeups
-        self._seen: LRU[UserKey, bool] = LRU(max_wakeups)
+        self._states: LRU[UserKey, TriggerState] = LRU(max_wakeups)
+        """The states as last saved, so a batch does not read back every user's file: while this worker owns a
+        user's partition it alone writes the user's state."""
 
     def _load(self, key: UserKey) -> TriggerState:
+        return self._states.get_or_load(key, self._read)
+
+    def _read(self, key: UserKey) -> TriggerState:
         """The persisted state; a run marked by a previous owner of this user (a crashed or rebalanced worker)
         is not trusted, since its job may never have been produced: the user counts as idle again. At worst a
         run happens twice, which the cursor makes harmless."""
         state = load_triggers(self._files, *key)
-        first: list[bool] = []
-        self._seen.get_or_load(key, lambda _: first.append(True) or True)
-        if first and state.running:
+        if state.running:
             return state.model_copy(update={"running": False, "inflight": 0})
         return state
 
     def _settle(self, settled: list[tuple[UserKey, TriggerState, Decision]], now: datetime) -> list[L1Job]:
         """Persist the new states (one write for the batch of users), index their wake-ups, return the due runs."""
-        save_triggers(self._files, {key: state for key, state, _ in settled})
+        states = {key: state for key, state, _ in settled}
+        try:
+            save_triggers(self._files, states)
+        except Exception:
+            for key in states:  # some files may hold the new state, some the old: read them again
+                self._states.pop(key)
+            raise
         jobs = []
-        for key, _, decision in settled:
+        for key, state, decision in settled:
+            self._states.put(key, state)
             self._wake.pop(key, None)
             if decision.wake_at is not None and len(self._wake) < self._max_wakeups:
                 self._wake[key] = decision.wake_at
@@ -125,4 +135,4 @@ class L1Scheduler:
     def forget(self) -> None:
         """Drop the wake-up index and what this worker knew (another worker may own these users now)."""
         self._wake.clear()
-        self._seen.clear()
+        self._states.clear()
