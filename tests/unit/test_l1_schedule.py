@@ -56,3 +56,24 @@ def test_a_run_marked_by_a_crashed_worker_does_not_block_the_user_forever(tmp_pa
     assert load_triggers(files, "t", "u").running
     [job] = L1Scheduler(files).on_turns([turn(1)], NOW)  # a new worker owns the user
     assert job.kind == "run"
+
+
+class CountingReads(LocalFileStore):
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.reads = 0
+
+    def read_bytes(self, path: str) -> bytes | None:
+        self.reads += 1
+        return super().read_bytes(path)
+
+
+def test_a_users_trigger_state_is_read_once_then_kept_until_the_partition_is_revoked(tmp_path: Path) -> None:
+    files = CountingReads(tmp_path)
+    sched = L1Scheduler(files, L1Triggers(TriggerConfig(warmup=False)))
+    for i in range(3):
+        sched.on_turns([turn(i)], NOW)
+    assert files.reads == 1 and load_triggers(files, "t", "u").pending == 3
+    sched.forget()
+    sched.on_turns([turn(3)], NOW)
+    assert files.reads == 3  # read again after forget (the load_triggers above was the second)
