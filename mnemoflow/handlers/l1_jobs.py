@@ -55,7 +55,11 @@ class L1JobsHandler:
     async def tick(self) -> Outcome:
         """The runs whose wake-up has come (idle users, retries after a failure), to publish as jobs."""
         now = self._ctx.clock.now()
-        return Outcome(jobs=await self._scheduled(lambda: self._scheduler.due(now), "fire L1 wake-ups"))
+        try:
+            return Outcome(jobs=await self._scheduled(lambda: self._scheduler.due(now), "fire L1 wake-ups"))
+        except RetriesExhausted as exc:  # the wake-ups stay due: the next tick fires them
+            log.error("%s", exc)
+            return Outcome()
 
     async def forget(self) -> None:
         """Another worker may own these users now: drop the wake-ups this one knew."""

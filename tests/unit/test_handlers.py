@@ -252,3 +252,19 @@ def test_failed_runs_are_retried_by_the_trigger_policy_then_parked_with_the_reas
     assert dead.reason == "L1 gave up: ConnectionError: extractor gone" and dead.key == "t/ana"
     assert L1Job.model_validate_json(dead.value) == retry and done == []
     assert [m.topic for m in out.messages()] == [TOPIC_DEAD_LETTERS]
+
+
+class UnsavableScheduler(L1Scheduler):
+    def due(self, now: datetime) -> list[L1Job]:
+        raise StorageError("disk full")
+
+
+def test_a_tick_that_cannot_save_retries_then_leaves_the_wake_ups_for_the_next_tick(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    s = Setup(tmp_path)
+    handler = L1JobsHandler(s.ctx, UnsavableScheduler(s.files), None)
+    with caplog.at_level(logging.ERROR, "mnemoflow.handlers"):
+        out = run(handler.tick())
+    assert (out.jobs, out.parked, s.slept) == ([], [], [0.5, 1.0])
+    assert "fire L1 wake-ups failed after 3 tries: disk full" in caplog.text
