@@ -28,7 +28,7 @@ class Outcome:
     parked: list[DeadLetter] = field(default_factory=list)
 
     def messages(self) -> list[Message]:
-        """Everything to produce, jobs first (the parked records are already out of the way)."""
+        """Everything to produce: the jobs, then the dead letters."""
         jobs = [Message(TOPIC_JOBS, job.key.encode(), job.model_dump_json().encode()) for job in self.jobs]
         dead = [Message(TOPIC_DEAD_LETTERS, d.key.encode() or None, d.model_dump_json().encode()) for d in self.parked]
         return jobs + dead
