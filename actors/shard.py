@@ -15,6 +15,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from mnemoflow.errors import InvalidInput
 from mnemoflow.offload.entries import OffloadEntry, read_entries
 from mnemoflow.offload.replies import CompactRefused, CompactReply
 from mnemoflow.offload.session import compact_session
-from mnemoflow.offload.session_state import SequenceGap, SessionState, advance, load_state, save_state
+from mnemoflow.offload.session_state import SequenceGap, SessionState, advance, load_state, save_state, save_states
 from mnemoflow.ports import SystemClock
 from mnemoflow.ports.llm import LLM
 from mnemoflow.storage import LocalFileStore
@@ -80,27 +81,31 @@ class SessionShard:
     async def sync(self, updates: list[tuple[str, str, list[str], int]]) -> int:
         """Apply new offload entries: ``(tenant, session, entries as JSON, last seq of the log)`` per session.
 
-        Entries already applied are ignored; a hole is filled from the session's log. Returns how many
-        sessions changed.
+        Entries already applied are ignored; a hole is filled from the session's log. The changed states are
+        saved together, off the event loop, under the locks of their sessions. Returns how many changed.
         """
-        changed = 0
-        for tenant, session, raw_entries, last_seq in updates:
-            key = (tenant, session)
-            async with self._lock(key):
-                state = self._get(key)
-                if state.last_seq >= last_seq:
-                    self._put(key, state)
-                    continue
-                entries = [OffloadEntry.model_validate_json(raw) for raw in raw_entries]
-                try:
-                    new_state = advance(state, entries)
-                except SequenceGap:
-                    new_state = self._catch_up(state)
-                if new_state is not state:
-                    save_state(self._files, new_state)
-                    changed += 1
-                self._put(key, new_state)
-        return changed
+        states: dict[SessionKey, SessionState] = {}
+        changed: list[SessionState] = []
+        async with AsyncExitStack() as locks:
+            for key in sorted({(tenant, session) for tenant, session, _, _ in updates}):
+                await locks.enter_async_context(self._lock(key))
+            for tenant, session, raw_entries, last_seq in updates:
+                key = (tenant, session)
+                state = states.get(key) or self._get(key)
+                if state.last_seq < last_seq:
+                    try:
+                        new = advance(state, [OffloadEntry.model_validate_json(raw) for raw in raw_entries])
+                    except SequenceGap:
+                        new = self._catch_up(state)
+                    if new is not state:
+                        changed.append(new)
+                    state = new
+                states[key] = state
+            if changed:
+                await asyncio.to_thread(save_states, self._files, changed)
+            for key, state in states.items():
+                self._put(key, state)
+        return len({(s.tenant, s.session) for s in changed})
 
     async def get_state(self, tenant: str, session: str) -> SessionState:
         """The session's state, caught up with its log."""

@@ -70,4 +70,11 @@ def load_state(files: FileStore, tenant: str, session: str) -> SessionState:
 
 
 def save_state(files: FileStore, state: SessionState) -> None:
-    files.write_atomic(Layout.session_state(state.tenant, state.session), state.model_dump_json(indent=1).encode())
+    save_states(files, [state])
+
+
+def save_states(files: FileStore, states: Iterable[SessionState]) -> None:
+    """Write several sessions' states at once, made durable together (one round of fsyncs, not one a session)."""
+    files.write_atomic_many(
+        {Layout.session_state(s.tenant, s.session): s.model_dump_json(indent=1).encode() for s in states}
+    )
