@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from mnemoflow.errors import InvalidInput
-from mnemoflow.storage import LocalFileStore
+from mnemoflow.storage import LocalFileStore, local
 
 
 def test_append_and_read_lines(tmp_path: Path) -> None:
@@ -53,9 +53,12 @@ def test_lines_with_newlines_are_refused(tmp_path: Path) -> None:
 
 @pytest.fixture
 def synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every path fsynced, in call order (files and folders), with what existed at that moment."""
+    """Every path fsynced, in call order (files and folders), with what existed at that moment.
+
+    syncfs is off here, so every path the store makes durable shows up as its own fsync."""
     calls: list[str] = []
     real = os.fsync
+    monkeypatch.setattr(local, "_SYNCFS", None)
 
     def spy(fd: int) -> None:
         calls.append(os.readlink(f"/proc/self/fd/{fd}"))
@@ -112,3 +115,21 @@ def test_fsync_off_syncs_nothing(tmp_path: Path, synced: list[str]) -> None:
         files.append_lines("a.jsonl", ["x"])
     files.write_atomic("b.json", b"{}")
     assert synced == []
+
+
+def test_a_large_group_is_made_durable_by_one_syncfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if local._SYNCFS is None:
+        pytest.skip("no syncfs(2) on this platform: the store fsyncs each path")
+    calls: list[str] = []
+    real = local._SYNCFS
+
+    def spy(fd: int) -> int:
+        calls.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return int(real(fd))
+
+    monkeypatch.setattr(local, "_SYNCFS", spy)
+    files = LocalFileStore(tmp_path)
+    with files.group_commit():
+        for i in range(20):
+            files.append_lines(f"users/u{i}/l0.jsonl", ["x"])
+    assert len(calls) == 1 and Path(calls[0]).is_relative_to(tmp_path)
