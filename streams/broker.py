@@ -60,6 +60,30 @@ def open_broker(settings: Settings, log_dir: Path) -> Broker:
     )
 
 
+class LoopbackProcess:
+    """What both embedded brokers share: one child process serving on a loopback port."""
+
+    port: int
+    _proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM (the broker flushes and closes its logs), SIGKILL after ``timeout``."""
+        if self._proc is not None:
+            stop_process(self._proc, timeout)
+            self._proc = None
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))

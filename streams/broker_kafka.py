@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 
 from mnemoflow.errors import ConfigError, ServiceUnavailable
-from streams.broker import free_port, port_is_free, port_open, spawn, stop_process, tail
+from streams.broker import LoopbackProcess, free_port, port_is_free, port_open, spawn, tail
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ async def _serves_metadata(bootstrap: str) -> bool:
             await admin.close()
 
 
-class EmbeddedKafka:
+class EmbeddedKafka(LoopbackProcess):
     """Apache Kafka in ``workdir``: formatted once, restartable on the same ports and logs."""
 
     kind = "Apache Kafka"
@@ -160,18 +160,6 @@ class EmbeddedKafka:
         self.auto_create_topics = auto_create_topics
         self.port, self.controller_port = self._ports(port)
         self.started_in_s = 0.0
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
-
-    def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
 
     def _ports(self, wanted: int) -> tuple[int, int]:
         """The ports of the last run when they are still free (clients keep the bootstrap), else new ones."""
@@ -253,9 +241,3 @@ class EmbeddedKafka:
                     f"Kafka at {self.bootstrap} not ready in time; {self.log_file}:\n{tail(self.log_file)}"
                 )
             time.sleep(0.5)
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM (Kafka flushes and closes its logs), SIGKILL after ``timeout``."""
-        if self._proc is not None:
-            stop_process(self._proc, timeout)
-            self._proc = None

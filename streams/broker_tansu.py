@@ -9,34 +9,21 @@ you keep. It also has measured defects (end offsets reported too low for multi-r
 from __future__ import annotations
 
 import logging
-import subprocess
 from pathlib import Path
 
 from mnemoflow.errors import ConfigError, ServiceUnavailable
-from streams.broker import free_port, spawn, stop_process, wait_for_port
+from streams.broker import LoopbackProcess, free_port, spawn, wait_for_port
 
 log = logging.getLogger(__name__)
 
 
-class EmbeddedTansu:
+class EmbeddedTansu(LoopbackProcess):
     kind = "tansu (memory only)"
     durable = False
 
     def __init__(self, port: int = 0, log_file: Path | None = None) -> None:
         self.port = port or free_port()
         self.log_file = log_file
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
-
-    def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
 
     def start(self, timeout: float = 30.0) -> str:
         try:
@@ -54,8 +41,3 @@ class EmbeddedTansu:
             raise
         log.warning("embedded broker tansu pid=%s on %s keeps events in memory only", self._proc.pid, self.bootstrap)
         return self.bootstrap
-
-    def stop(self, timeout: float = 10.0) -> None:
-        if self._proc is not None:
-            stop_process(self._proc, timeout)
-            self._proc = None

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
-from streams.broker import free_port, tail
+from streams.broker import free_port, stop_process, tail
 from streams.broker_kafka import EmbeddedKafka, ensure_kafka_jars
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -140,12 +140,7 @@ def llama_cpp_server(gguf: Path, log: Path, n_ctx: int = 4096, timeout: float = 
             time.sleep(0.5)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 15)
 
 
 MERMAID_TOOL = REPO_ROOT / "tools" / "mermaid-check"
