@@ -73,11 +73,13 @@ from bench.chaos_checks import (  # noqa: E402
     wait_quiet,
 )
 from bench.chaos_stack import UpProcess, free_port  # noqa: E402
+from mnemoflow.cli.replaying import chunks  # noqa: E402
 from mnemoflow.events import ToolResultIn, TurnIn  # noqa: E402
 from mnemoflow.replay import from_locomo, from_messages  # noqa: E402
 from mnemoflow.sharding import shard_for  # noqa: E402
 
 EVAL = ROOT.parent / "shared" / "eval"
+MAX_REQUEST_CHARS = 400_000  # of content per request: escaped JSON stays under the 1 MiB body limit
 SCHEDULE = ["worker_sigkill", "shard_sigkill", "extractor_sigkill", "worker_sigkill", "worker_sigstop",
             "broker_sigkill", "worker_sigkill"]  # fmt: skip
 PROBE = {"worker_sigkill": "turn", "worker_sigstop": "turn", "broker_sigkill": "turn", "shard_sigkill": "shard",
@@ -217,20 +219,6 @@ def submit(client: httpx.Client, items: list[TurnIn | ToolResultIn], ledger: Led
         delay = min(delay * 2, 2.0)
 
 
-def chunks(items: list[TurnIn | ToolResultIn], size: int, max_chars: int = 400_000) -> list[list]:
-    """Consecutive runs of one kind, at most ``size`` items or about ``max_chars`` of content per request."""
-    out: list[list] = []
-    chars = 0
-    for item in items:
-        full = bool(out) and (len(out[-1]) >= size or chars + len(item.content) > max_chars)
-        if not out or type(out[-1][0]) is not type(item) or full:
-            out.append([])
-            chars = 0
-        out[-1].append(item)
-        chars += len(item.content)
-    return out
-
-
 class Feeder:
     """A fleet of ``agents`` client threads replaying the sources: each agent takes the next source and sends it
     in order, batch after batch, like one agent reporting its conversation; together they offer at most ``rate``
@@ -267,7 +255,7 @@ class Feeder:
             while not self.stop.is_set():
                 with self._lock:
                     src, round_ = next(self._plan)
-                for batch in chunks([renamed(i, round_) for i in src.items], self.size):
+                for batch in chunks([renamed(i, round_) for i in src.items], self.size, MAX_REQUEST_CHARS):
                     if self.stop.is_set():
                         return
                     self._pace(len(batch))
@@ -547,7 +535,7 @@ def l1_consistency(client: httpx.Client, data: Path, ledger: Ledger, timeout: fl
     failed = end_sessions(client, last_session)
     first, first_s, first_ok = wait_l1(data, users, timeout)
     never = threading.Event()
-    for batch in chunks(items, 200):  # type: ignore[arg-type]
+    for batch in chunks(items, 200, MAX_REQUEST_CHARS):  # type: ignore[arg-type]
         submit(client, batch, Ledger(ledger.t0), never)  # a throwaway ledger: these are re-sends
     time.sleep(2.0)
     failed += end_sessions(client, last_session)

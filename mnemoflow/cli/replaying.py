@@ -30,7 +30,7 @@ def _post(client: httpx.Client, items: list[TurnIn | ToolResultIn]) -> None:
         raise RuntimeError(f"POST {url} -> {response.status_code}: {response.text[:500]}")
 
 
-def _chunks(items: list[TurnIn | ToolResultIn], batch: int, max_chars: int = 600_000) -> list[list]:
+def chunks(items: list[TurnIn | ToolResultIn], batch: int, max_chars: int = 600_000) -> list[list]:
     """Consecutive runs of one kind, cut at ``batch`` items or about ``max_chars`` of content (body limit)."""
     out: list[list] = []
     size = 0
@@ -55,7 +55,7 @@ def run_replay(
         task = bar.add_task("replaying", total=sum(len(r.items) for r in replays))
         for replay in replays:
             bar.update(task, description=replay.name[:40])
-            for chunk in _chunks(replay.items, batch):
+            for chunk in chunks(replay.items, batch):
                 _post(client, chunk)
                 bar.advance(task, len(chunk))
             totals.sources += 1

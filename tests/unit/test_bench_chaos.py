@@ -7,9 +7,10 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.chaos import Injection, chunks, renamed, summarise
+from bench.chaos import Injection, renamed, summarise
 from bench.chaos_checks import TENANT, Acked, check_events
 from bench.chaos_stack import part_of
+from mnemoflow.cli.replaying import chunks
 from mnemoflow.events import ToolResultIn, TurnIn
 
 TS = datetime(2025, 1, 1, tzinfo=UTC)
@@ -36,7 +37,7 @@ def test_parts_are_recognised_by_their_command_lines() -> None:
 
 def test_chunks_keep_kinds_apart_and_renamed_rounds_get_new_ids() -> None:
     items = [turn(0), turn(1), turn(2), result(0), turn(3)]
-    assert [len(c) for c in chunks(items, size=2)] == [2, 1, 1, 1]
+    assert [len(c) for c in chunks(items, batch=2)] == [2, 1, 1, 1]
     again = renamed(result(0), 1)
     assert (again.tool_call_id, again.session, again.content) == ("r1.c0", "r1.t", result(0).content)
     assert renamed(turn(0), 0) == turn(0)
