@@ -11,6 +11,7 @@ turns and jobs to the same worker, which alone writes that user's trigger state.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -85,8 +86,10 @@ def build_app(
     on_jobs = L1JobsHandler(ctx, scheduler, run_l1, l1_done)
 
     async def produce(outcome: Outcome) -> None:
-        for message in outcome.messages():
-            await out[message.topic].send(key=message.key, value=message.value)
+        """Send what the outcome lists and wait until Kafka acknowledged each message: the batch's offsets are
+        committed after this returns, so a parked record or a job must not live only in the producer's buffer."""
+        pending = [await out[m.topic].send(key=m.key, value=m.value) for m in outcome.messages()]
+        await asyncio.gather(*pending)
         for dead in outcome.parked:
             log.error("parked %s[%s]@%s key=%s: %s", dead.topic, dead.partition, dead.offset, dead.key, dead.reason)
 
