@@ -11,15 +11,13 @@ Ports are sync (store, embedder, files); :meth:`recall` runs the search in a wor
 from __future__ import annotations
 
 import asyncio
-import math
-import re
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict
 
+from mnemoflow.lexical import bm25_scores
 from mnemoflow.memory.l0 import L0Message, read_l0
 from mnemoflow.memory.l1_models import L1Record
 from mnemoflow.memory.recall_config import RecallConfig, search_hits
@@ -28,8 +26,6 @@ from mnemoflow.memory.recall_sources import ContextSource, FileContextSource
 from mnemoflow.memory.records import RecordLog
 from mnemoflow.ports import Embedder, FileStore
 from mnemoflow.ports.vectors import AtomType, Hit, VectorStore
-
-_WORD = re.compile(r"\w+", re.UNICODE)
 
 
 class RecallHit(BaseModel):
@@ -135,22 +131,12 @@ class Recaller:
 
     def conversation_search(self, tenant: str, user: str, query: str, limit: int = 5,
                             session: str | None = None) -> list[ConversationHit]:
-        """The agent tool over raw L0 of this user: BM25 on the fly (L0 is not in the vector index)."""
-        terms = {w.lower() for w in _WORD.findall(query)}
+        """The agent tool over raw L0 of this user: BM25 on the fly (L0 is not in the vector index), with the
+        same lexical terms as the atom index, so Chinese words match inside unsegmented sentences."""
         msgs = [m for m in read_l0(self._files, tenant, user, limit=10**7)
                 if session is None or m.session == session]
-        if not terms or not msgs:
-            return []
-        docs = [Counter(w.lower() for w in _WORD.findall(m.content)) for m in msgs]
-        avg = sum(sum(d.values()) for d in docs) / len(docs) or 1.0
-        df = {t: sum(1 for d in docs if t in d) for t in terms}
-        scored = []
-        for m, d in zip(msgs, docs, strict=True):
-            n = sum(d.values())
-            s = sum(math.log(1 + (len(docs) - df[t] + 0.5) / (df[t] + 0.5)) * d[t] * 2.2
-                    / (d[t] + 1.2 * (0.25 + 0.75 * n / avg)) for t in terms if d[t])
-            if s > 0:
-                scored.append(ConversationHit(m, s))
+        scored = [ConversationHit(m, s) for m, s in zip(msgs, bm25_scores(query, [m.content for m in msgs]),
+                                                         strict=True) if s > 0]
         scored.sort(key=lambda h: -h.score)
         return scored[: max(1, min(limit, 20))]
 

@@ -1,4 +1,4 @@
-"""Helpers every store adapter shares: argument checks, tokenising and Reciprocal Rank Fusion.
+"""Helpers every store adapter shares: argument checks and Reciprocal Rank Fusion (terms: :mod:`mnemoflow.lexical`).
 
 Why shared: the contract tests compare backends, so the checks and the fusion must be the same code,
 not three copies that drift.
@@ -7,20 +7,13 @@ not three copies that drift.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Hashable, Sequence
 from typing import Any
 
 from mnemoflow.errors import InvalidInput
 from mnemoflow.ports.vectors import ATOM_TYPES, RRF_K, AtomRow, AtomType, EmbeddingModelMismatch, Hit
 
-_WORD = re.compile(r"\w+", re.UNICODE)
 MAX_K = 1000
-
-
-def tokenize(text: str) -> list[str]:
-    """Lower-cased word tokens; close to FTS5 ``unicode61`` and Milvus' ``standard`` analyzer."""
-    return [t.lower() for t in _WORD.findall(text)]
 
 
 def user_key(tenant: str, user: str) -> str:

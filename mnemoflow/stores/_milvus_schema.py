@@ -2,7 +2,11 @@
 
 One collection (DESIGN §5): a primary key derived from (tenant, user, atom id) so ids only need to be unique
 per user, a 384-d (configurable) dense vector with a FLAT index, and a sparse vector that Milvus fills itself
-from ``text`` with its BM25 full-text function. Tenant and user are plain VARCHAR fields with INVERTED indexes:
+with its BM25 full-text function from ``terms``: the text's lexical terms (:func:`mnemoflow.lexical.analysed`,
+Chinese segmented) split on whitespace, so Milvus ranks the same terms the SQLite index and the in-memory
+reference do. (Milvus' own ``chinese`` analyzer would segment differently from the query side of the others.)
+A collection made before ``terms`` existed is rebuilt from its rows on open (:func:`has_terms`).
+Tenant and user are plain VARCHAR fields with INVERTED indexes:
 ``is_partition_key`` is broken in Milvus Lite 2.5.1 (every filter fails), and HNSW/IVF_FLAT were rejected or
 returned wrong neighbours there, so FLAT it is. Lite cannot alter collection properties, so the embedding
 model lives in a tiny side collection ``<name>_meta``.
@@ -21,6 +25,7 @@ _INSTALL_HINT = (
     "the Milvus vector store needs pymilvus 2.5 (and milvus-lite for a local file): pip install mnemoflow[milvus]"
 )
 SCALARS = ["pk", "atom_id", "tenant", "user", "type", "priority", "text", "created_us", "updated_us", "sources"]
+TERMS_ANALYZER = {"tokenizer": "whitespace"}
 
 
 def vendor() -> Any:
@@ -71,20 +76,27 @@ def create_atoms(client: Any, name: str, dim: int, timeout: float) -> None:
     s.add_field("user", DataType.VARCHAR, max_length=512)
     s.add_field("type", DataType.VARCHAR, max_length=16)
     s.add_field("priority", DataType.INT64)
-    s.add_field("text", DataType.VARCHAR, max_length=65535, enable_analyzer=True)
+    s.add_field("text", DataType.VARCHAR, max_length=65535)
+    s.add_field("terms", DataType.VARCHAR, max_length=65535, enable_analyzer=True, analyzer_params=TERMS_ANALYZER)
     s.add_field("created_us", DataType.INT64)
     s.add_field("updated_us", DataType.INT64)
     s.add_field("sources", DataType.VARCHAR, max_length=65535)
     s.add_field("dense", DataType.FLOAT_VECTOR, dim=dim)
     s.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
     s.add_function(Function(name="text_bm25", function_type=FunctionType.BM25,
-                            input_field_names=["text"], output_field_names=["sparse"]))
+                            input_field_names=["terms"], output_field_names=["sparse"]))
     ip = client.prepare_index_params()
     ip.add_index("dense", index_type="FLAT", metric_type="COSINE")
     ip.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
     ip.add_index("tenant", index_type="INVERTED")
     ip.add_index("user", index_type="INVERTED")
     client.create_collection(name, schema=s, index_params=ip, consistency_level="Strong", timeout=timeout)
+
+
+def has_terms(client: Any, name: str, timeout: float) -> bool:
+    """Whether the collection has the ``terms`` field BM25 reads (collections of the first layout do not)."""
+    fields = client.describe_collection(name, timeout=timeout)["fields"]
+    return any(f["name"] == "terms" for f in fields)
 
 
 def ensure_meta(client: Any, name: str, embedding_model: str, dim: int, timeout: float) -> tuple[str, int]:

@@ -1,8 +1,9 @@
 """SQLite layout of the atom index: one file, three tables kept in step, and the metadata row.
 
 * ``atoms``      the rows (scalar fields, the vector as a float32 blob), unique on (tenant, user, atom_id).
-* ``atoms_fts``  FTS5 over the text, with the user key and the type as columns so that the user and the type
-                 filter sit inside the MATCH and BM25 never ranks another user's rows.
+* ``atoms_fts``  FTS5 over the text's lexical terms (:func:`mnemoflow.lexical.analysed`: Chinese and Japanese
+                 segmented, words space-separated), with the user key and the type as columns so that the user and
+                 the type filter sit inside the MATCH and BM25 never ranks another user's rows.
 * ``atoms_vec``  sqlite-vec ``vec0`` with the user key as its partition key: a KNN query reads only that
                  user's chunks. ``chunk_size`` is small because every partition allocates whole chunks; with the
                  default (1024) and ~100 atoms per user the file is mostly empty float slots.
@@ -18,8 +19,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from mnemoflow.errors import StorageError
+from mnemoflow.lexical import analysed
+from mnemoflow.stores._common import user_key
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
+"""2: the FTS body holds lexical terms (segmented CJK) instead of the raw text; an index of version 1 has its FTS
+table rebuilt from ``atoms`` when it is opened."""
 _INSTALL_HINT = "the SQLite vector store needs apsw and sqlite-vec: pip install mnemoflow[sqlite]"
 
 _DDL = """
@@ -85,7 +90,18 @@ def ensure_schema(conn: Any, dim: int, embedding_model: str, chunk_size: int) ->
         for key, value in (("schema_version", SCHEMA_VERSION), ("embedding_model", embedding_model), ("dim", dim)):
             conn.execute("insert or ignore into meta(key, value) values (?, ?)", (key, str(value)))
         meta = dict(conn.execute("select key, value from meta"))
+        if meta["schema_version"] != SCHEMA_VERSION:
+            _rebuild_fts(conn)
+            conn.execute("update meta set value = ? where key = 'schema_version'", (SCHEMA_VERSION,))
     return meta["embedding_model"], int(meta["dim"])
+
+
+def _rebuild_fts(conn: Any) -> None:
+    """Re-analyse every atom's text into the FTS table (one transaction, with the caller's)."""
+    conn.execute("delete from atoms_fts")
+    for rid, tenant, user, type_, text in list(conn.execute("select rid, tenant, user, type, text from atoms")):
+        conn.execute("insert into atoms_fts(rowid, ukey, atype, body) values (?, ?, ?, ?)",
+                     (rid, user_key(tenant, user), type_, analysed(text)))
 
 
 def record_model(conn: Any, embedding_model: str, dim: int) -> None:

@@ -9,11 +9,11 @@ the contract tests check the embedding-model guard.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mnemoflow.errors import StorageError
+from mnemoflow.lexical import bm25_scores
 from mnemoflow.ports.vectors import AtomRow, AtomType, EmbedFn, Hit
 from mnemoflow.stores._common import (
     StoreIdentity,
@@ -22,12 +22,8 @@ from mnemoflow.stores._common import (
     check_scope,
     check_types,
     check_vector,
-    tokenize,
     with_vector,
 )
-
-_K1 = 1.2
-_B = 0.75
 
 
 @dataclass
@@ -111,29 +107,13 @@ class InMemoryVectorStore(StoreIdentity):
     ) -> list[Hit]:
         self._live()
         check_k(k)
-        terms = set(tokenize(query_text))
-        # Collection statistics are per user: that is the population a query ranks within.
-        docs = [(r, Counter(tokenize(r.text))) for r in self._scope(tenant, user).values()]
         wanted = check_types(types)
-        if not terms or not docs:
-            return []
-        avg = sum(sum(tf.values()) for _, tf in docs) / len(docs)
-        df = {t: sum(1 for _, tf in docs if t in tf) for t in terms}
-        scored: list[tuple[float, AtomRow]] = []
-        for row, tf in docs:
-            if wanted is not None and row.type not in wanted:
-                continue
-            length = sum(tf.values())
-            s = 0.0
-            for t in terms:
-                if tf[t]:
-                    idf = math.log(1 + (len(docs) - df[t] + 0.5) / (df[t] + 0.5))
-                    s += idf * tf[t] * (_K1 + 1) / (tf[t] + _K1 * (1 - _B + _B * length / avg))
-            if s > 0:
-                scored.append((s, row))
+        # Collection statistics are per user: that is the population a query ranks within.
+        rows = list(self._scope(tenant, user).values())
+        scored = [(s, r) for s, r in zip(bm25_scores(query_text, [r.text for r in rows]), rows, strict=True)
+                  if s > 0 and (wanted is None or r.type in wanted)]
         scored.sort(key=lambda sr: (-sr[0], sr[1].id))
         return [Hit(id=r.id, score=s, bm25_rank=i, row=r) for i, (s, r) in enumerate(scored[:k], start=1)]
-
 
     def count(self, tenant: str, user: str | None = None) -> int:
         self._live()

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from mnemoflow.errors import StorageError
+from mnemoflow.lexical import analysed, terms
 from mnemoflow.ports.vectors import RRF_K, AtomRow, AtomType, EmbedFn, Hit
 from mnemoflow.stores import _milvus_schema as schema
 from mnemoflow.stores._common import (
@@ -23,7 +24,6 @@ from mnemoflow.stores._common import (
     check_scope,
     check_types,
     check_vector,
-    tokenize,
     with_vector,
 )
 from mnemoflow.stores._milvus_schema import lit, primary_key, scope_filter, translate
@@ -50,6 +50,7 @@ def _entity(row: AtomRow) -> dict[str, Any]:
     return {
         "pk": primary_key(row.tenant, row.user, row.id), "atom_id": row.id, "tenant": row.tenant,
         "user": row.user, "type": row.type, "priority": row.priority, "text": row.text,
+        "terms": analysed(row.text) or "_",
         "created_us": _us(row.created), "updated_us": _us(row.updated),
         "sources": json.dumps(row.source_message_ids), "dense": row.vector,
     }
@@ -81,7 +82,25 @@ class MilvusVectorStore(StoreIdentity):
             store = cls(client, collection, dim=dim, embedding_model=embedding_model, candidates=candidates,
                         timeout=timeout, fusion=fusion)
             store._stored = schema.ensure_meta(client, collection, embedding_model, dim, timeout)
+            if not schema.has_terms(client, collection, timeout):
+                store._relayout(store._stored[1] or dim)
         return store
+
+    def _read_all(self) -> list[AtomRow]:
+        it = self._client.query_iterator(self._name, batch_size=1000, filter='pk != ""', output_fields=_FIELDS)
+        rows: list[AtomRow] = []
+        while batch := it.next():
+            rows += [_row(e) for e in batch]
+        it.close()
+        return rows
+
+    def _relayout(self, dim: int) -> None:
+        """Recreate a collection of the first layout (BM25 over raw ``text``) with ``terms``, rows unchanged."""
+        rows = self._read_all()
+        self._client.drop_collection(self._name, timeout=self._timeout)
+        schema.create_atoms(self._client, self._name, dim, self._timeout)
+        for start in range(0, len(rows), 1000):
+            self._client.upsert(self._name, [_entity(r) for r in rows[start : start + 1000]], timeout=self._timeout)
 
     def _filter(self, tenant: str, user: str, types: Sequence[str] | None) -> str:
         check_scope(tenant, user)
@@ -139,9 +158,9 @@ class MilvusVectorStore(StoreIdentity):
     ) -> list[Hit]:
         check_k(k)
         expr = self._filter(tenant, user, check_types(types))
-        if not tokenize(query_text):
+        if not terms(query_text):
             return []
-        found = self._search(query_text, "sparse", "BM25", expr, k)
+        found = self._search(analysed(query_text), "sparse", "BM25", expr, k)
         return [Hit(id=r.id, score=s, bm25_rank=i, row=r) for i, (s, r) in enumerate(found, start=1)]
 
     def search(
@@ -153,7 +172,7 @@ class MilvusVectorStore(StoreIdentity):
         k: int,
         types: Sequence[AtomType] | None = None,
     ) -> list[Hit]:
-        if self._fusion == "client" or not tokenize(query_text):
+        if self._fusion == "client" or not terms(query_text):
             return super().search(tenant, user, query_text, query_vector, k, types)
         check_k(k)
         depth = candidate_depth(k, self._candidates)
@@ -161,7 +180,8 @@ class MilvusVectorStore(StoreIdentity):
         pymilvus = schema.vendor()
         expr, vec = self._filter(tenant, user, check_types(types)), check_vector(query_vector, self._dim)
         reqs = [pymilvus.AnnSearchRequest([vec], "dense", {"metric_type": "COSINE"}, limit=depth, expr=expr),
-                pymilvus.AnnSearchRequest([query_text], "sparse", {"metric_type": "BM25"}, limit=depth, expr=expr)]
+                pymilvus.AnnSearchRequest([analysed(query_text)], "sparse", {"metric_type": "BM25"}, limit=depth,
+                                          expr=expr)]
         with translate():
             res = self._client.hybrid_search(self._name, reqs, pymilvus.RRFRanker(RRF_K), limit=k,
                                              output_fields=_FIELDS, timeout=self._timeout)
@@ -179,11 +199,7 @@ class MilvusVectorStore(StoreIdentity):
 
         Not atomic on Milvus: if it fails midway, run it again (it starts over from the rows it read)."""
         with translate():
-            it = self._client.query_iterator(self._name, batch_size=1000, filter='pk != ""', output_fields=_FIELDS)
-            rows: list[AtomRow] = []
-            while batch := it.next():
-                rows += [_row(e) for e in batch]
-            it.close()
+            rows = self._read_all()
             if self._stored[1] != self._dim:
                 self._client.drop_collection(self._name, timeout=self._timeout)
                 schema.create_atoms(self._client, self._name, self._dim, self._timeout)

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from mnemoflow.errors import StorageError
+from mnemoflow.lexical import analysed, terms
 from mnemoflow.ports.vectors import AtomRow, AtomType, EmbedFn, Hit
 from mnemoflow.stores import _sqlite_schema as schema
 from mnemoflow.stores._common import (
@@ -25,7 +26,6 @@ from mnemoflow.stores._common import (
     check_types,
     check_vector,
     rrf_ranks,
-    tokenize,
     user_key,
 )
 
@@ -92,7 +92,7 @@ class SqliteVectorStore(StoreIdentity):
     def _insert_derived(self, rid: int, row: AtomRow, vector: Sequence[float]) -> None:
         key = user_key(row.tenant, row.user)
         self._conn.execute("insert into atoms_fts(rowid, ukey, atype, body) values (?, ?, ?, ?)",
-                           (rid, key, row.type, row.text))
+                           (rid, key, row.type, analysed(row.text)))
         self._conn.execute("insert into atoms_vec(rid, ukey, atype, embedding) values (?, ?, ?, ?)",
                            (rid, key, row.type, _blob(vector)))
 
@@ -150,11 +150,11 @@ class SqliteVectorStore(StoreIdentity):
 
     def _bm25(self, tenant: str, user: str, text: str, k: int, types: Sequence[str] | None
               ) -> list[tuple[int, float]]:
-        terms = list(dict.fromkeys(tokenize(text)))
-        if not terms:
+        words = list(dict.fromkeys(terms(text)))
+        if not words:
             return []
-        # Tokens are \w+ runs, so quoting them as FTS5 strings cannot inject query syntax.
-        body = " OR ".join('"' + t + '"' for t in terms)
+        # Terms are \w+ runs, so quoting them as FTS5 strings cannot inject query syntax.
+        body = " OR ".join('"' + t + '"' for t in words)
         match = f"ukey:{user_key(tenant, user)} AND body:({body})"
         if types is not None:
             match += f' AND atype:({" OR ".join(types)})'

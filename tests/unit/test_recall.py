@@ -149,3 +149,14 @@ def test_a_users_recall_never_returns_another_users_atom(tmp_path: Path, facts, 
         assert h.id in mine
     theirs = [r.text for r in rows if r.user != me and r.text not in {x.text for x in rows if x.user == me}]
     assert not any(f"] {t} (" in out.prepend_context for t in theirs)
+
+
+def test_conversation_search_finds_chinese_words_inside_sentences(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    texts = ["我喜欢在山里徒步旅行。", "我的女儿叫小美，她在北京上大学。", "I went hiking with Mei last week."]
+    L0Writer(files).write([TurnEvent(tenant="t", message_id=f"m{i}", user="u", session="s", role="user",
+                                     content=t, ts=T0 + timedelta(minutes=i)) for i, t in enumerate(texts)])
+    rec = Recaller(store=InMemoryVectorStore(dim=64, embedding_model=EMB.model_id), embedder=EMB, files=files)
+    assert [h.message.id for h in rec.conversation_search("t", "u", "徒步")] == ["m0"]
+    assert [h.message.id for h in rec.conversation_search("t", "u", "小美")] == ["m1"]
+    assert {h.message.id for h in rec.conversation_search("t", "u", "hiking 徒步")} == {"m0", "m2"}

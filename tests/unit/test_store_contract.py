@@ -155,6 +155,21 @@ def test_type_filter_applies_to_every_search(store: VectorStore) -> None:
             assert hits and all(h.row.type in types for h in hits)
 
 
+CJK_TEXTS = ["我喜欢在山里徒步旅行，周末常去香山。", "我的女儿叫小美，她在北京上大学。",
+             "上个月我去了一个 Python meetup，讲的是 asyncio。", "I adopted a grey cat named Pixel last spring."]
+
+
+def test_chinese_words_are_found_inside_unsegmented_sentences(store: VectorStore) -> None:
+    """The index and the query are segmented the same way (mnemoflow.lexical), on every backend."""
+    store.upsert([atom(i, text=t) for i, t in enumerate(CJK_TEXTS)])
+    for query, want in (("徒步", "a0"), ("女儿", "a1"), ("小美", "a1"), ("北京 大学", "a1"), ("asyncio", "a2"),
+                        ("上个月的聚会", "a2"), ("Pixel the cat", "a3")):
+        assert [h.id for h in store.bm25_search("t1", "u1", query, 1)] == [want], query
+        assert want in [h.id for h in store.search("t1", "u1", query, vec(99), 2)], query
+    assert store.bm25_search("t1", "u1", "徒步旅行", 4)[0].id == "a0"
+    assert store.bm25_search("t1", "u1", "。，！", 4) == []
+
+
 def test_dimension_mismatch_is_rejected(store: VectorStore) -> None:
     with pytest.raises(InvalidInput):
         store.upsert([atom(1, dim=DIM + 1)])

@@ -50,6 +50,24 @@ def test_two_processes_share_one_file(tmp_path: Path) -> None:
     store.close()
 
 
+def test_an_index_of_the_first_layout_is_re_analysed_on_open(tmp_path: Path) -> None:
+    """Version 1 kept the raw text in FTS (a Chinese sentence was one token); opening it rebuilds the FTS table."""
+    path = str(tmp_path / "v1.db")
+    store = SqliteVectorStore.open(path, dim=4, embedding_model="m")
+    now = datetime.now(UTC)
+    store.upsert([AtomRow(id="zh", tenant="t", user="me", type="persona", priority=5, text="我的女儿叫小美",
+                          vector=[0.0, 1.0, 0.0, 1.0], created=now, updated=now)])
+    with store._conn:  # make the file look like version 1: raw text in FTS, old schema version
+        store._conn.execute("update atoms_fts set body = '我的女儿叫小美'")
+        store._conn.execute("update meta set value = '1' where key = 'schema_version'")
+    assert store.bm25_search("t", "me", "女儿", 3) == []
+    store.close()
+    reopened = SqliteVectorStore.open(path, dim=4, embedding_model="m")
+    assert [h.id for h in reopened.bm25_search("t", "me", "女儿", 3)] == ["zh"]
+    assert reopened._conn.execute("select value from meta where key = 'schema_version'").fetchone()[0] == "2"
+    reopened.close()
+
+
 def test_unopenable_file_raises_storage_error(tmp_path: Path) -> None:
     with pytest.raises(StorageError):
         SqliteVectorStore.open(str(tmp_path / "no" / "such" / "dir" / "x.db"), dim=4, embedding_model="m")

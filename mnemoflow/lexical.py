@@ -1,0 +1,117 @@
+"""Lexical terms for BM25: one analysis of text, the same for what is indexed and for the query, in any language.
+
+Why: FTS5's ``unicode61`` tokenizer (and Milvus' ``standard`` analyzer, and a ``\\w+`` regex) keep a run of CJK
+characters as one token, so ``我喜欢在山里徒步旅行`` is a single term and a search for 徒步 finds nothing. Here
+every script a word regex splits well (Latin, Cyrillic, Greek, Hangul words between spaces, digits) is cut into
+lower-cased ``\\w+`` words as before, so English recall is unchanged; a run of Han or kana characters becomes
+the words of ``rjieba.cut_for_search`` (jieba-rs: a dictionary segmenter, with the shorter words inside long
+ones) plus every character bigram of the run. The bigrams catch what the dictionary does not know: jieba keeps
+叫小美 as one word, so without them the name 小美 could not be found. A lone character is kept as itself.
+
+The stores index ``" ".join(terms(text))`` (space-separated words every engine's whitespace or unicode tokenizer
+splits the same way) and query with ``terms(query)``, so SQLite, Milvus and the in-memory reference agree.
+Terms never contain quotes, operators or spaces: each is a ``\\w+`` run, safe to quote as an FTS5 string.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+# Han (CJK unified ideographs and extensions A, compatibility), hiragana, katakana: scripts written without spaces.
+_UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+
+
+def has_unspaced(text: str) -> bool:
+    """True when the text holds a script written without spaces between words (Chinese, Japanese)."""
+    return _UNSPACED.search(text) is not None
+
+
+@lru_cache(maxsize=1)
+def _jieba() -> Any:
+    """rjieba loads its dictionary on first use; import it then, not when mnemoflow is imported."""
+    import rjieba
+
+    return rjieba
+
+
+def _unspaced_terms(run: str) -> list[str]:
+    if len(run) == 1:
+        return [run]
+    words = [w for w in _jieba().cut_for_search(run) if _WORD.fullmatch(w)]
+    bigrams = [run[i : i + 2] for i in range(len(run) - 1)]
+    return list(dict.fromkeys([*words, *bigrams]))
+
+
+def terms(text: str) -> list[str]:
+    """The BM25 terms of ``text`` in order of appearance (repeats kept: they are term frequency)."""
+    out: list[str] = []
+    for word in _WORD.findall(text):
+        if not has_unspaced(word):
+            out.append(word.lower())
+            continue
+        pos = 0
+        for run in _UNSPACED.finditer(word):
+            if run.start() > pos:
+                out.append(word[pos : run.start()].lower())
+            out += _unspaced_terms(run.group())
+            pos = run.end()
+        if pos < len(word):
+            out.append(word[pos:].lower())
+    return out
+
+
+def analysed(text: str) -> str:
+    """The text as the lexical index stores it: its terms separated by single spaces."""
+    return " ".join(terms(text))
+
+
+def words(text: str) -> list[str]:
+    """Words a reader would count, case kept: ``\\w+`` runs of spaced scripts, jieba words of Chinese and Japanese
+    runs (no bigrams, no shorter words inside longer ones). For thresholds and naming, not for search."""
+    out: list[str] = []
+    for word in _WORD.findall(text):
+        pos = 0
+        for run in _UNSPACED.finditer(word):
+            if run.start() > pos:
+                out.append(word[pos : run.start()])
+            piece = run.group()
+            out += [w for w in _jieba().cut(piece) if _WORD.fullmatch(w)] if len(piece) > 1 else [piece]
+            pos = run.end()
+        if pos < len(word):
+            out.append(word[pos:])
+    return out
+
+
+def word_count(text: str) -> int:
+    """How many :func:`words` the text has: the heuristic engine's thresholds (a four-word statement is four
+    characters long in Chinese, one ``\\w+`` run)."""
+    return len(words(text))
+
+
+BM25_K1, BM25_B = 1.2, 0.75
+"""Okapi BM25 parameters: FTS5's and Milvus' defaults."""
+
+
+def bm25_scores(query: str, docs: Sequence[str]) -> list[float]:
+    """Okapi BM25 of each document for ``query`` within ``docs`` (the population the statistics come from).
+
+    The pure-Python scorer for the places that rank a small set without an index: the in-memory store (the
+    reference the indexes are tested against) and search over one user's raw conversation."""
+    wanted = set(terms(query))
+    tfs = [Counter(terms(d)) for d in docs]
+    if not wanted or not tfs:
+        return [0.0] * len(tfs)
+    avg = sum(sum(tf.values()) for tf in tfs) / len(tfs) or 1.0
+    idf = {t: math.log(1 + (len(tfs) - df + 0.5) / (df + 0.5))
+           for t in wanted if (df := sum(1 for tf in tfs if t in tf))}
+    out = []
+    for tf in tfs:
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * sum(tf.values()) / avg)
+        out.append(sum(w * tf[t] * (BM25_K1 + 1) / (tf[t] + norm) for t, w in idf.items() if tf[t]))
+    return out
