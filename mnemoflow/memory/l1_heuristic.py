@@ -4,12 +4,18 @@ Why it exists: mnemoflow must work with no model configured, and tests need a st
 What it does, plainly: every substantive user statement becomes one atom (questions, greetings and very short
 acknowledgements are dropped); a short answer carries the question it answers as context; the type comes from
 keyword patterns. Dedup decisions compare word sets. Its quality is measured in ``bench/locomo_recall.py``.
+
+Chinese and English, and a mix of both in one message: sentences end at ``.!?`` followed by a space or at
+``。！？；`` (Chinese puts no space after them); questions end in ``?``/``？`` or, unpunctuated, in 吗/呢;
+words are counted with :func:`mnemoflow.lexical.word_count` (jieba words for Chinese, so 我喜欢徒步 is three
+words, not one); greetings, persona and instruction cues have a Chinese pattern beside the English one.
 """
 
 from __future__ import annotations
 
 import re
 
+from mnemoflow.lexical import terms, word_count
 from mnemoflow.memory.dedup import JudgeItem
 from mnemoflow.memory.l1_extract import validate_drafts
 from mnemoflow.memory.l1_models import AtomDraft
@@ -17,15 +23,25 @@ from mnemoflow.memory.l1_window import Window
 from mnemoflow.ports.vectors import AtomType
 from mnemoflow.prompts.l1_dedup import DecisionOut
 
-_WORD = re.compile(r"\w+", re.UNICODE)
-_SENTENCE = re.compile(r"(?<=[.!?。！？])\s+")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])\s*")
+_QUESTION_END = re.compile(r"([?？]|[吗呢][\s。.…~～]*)$")
 _GREETING = re.compile(
     r"^(hi|hey|hello|thanks|thank you|bye|good (morning|night|evening)|ok(ay)?|cool|great|wow|lol)\b", re.IGNORECASE)
+# No \b in the Chinese patterns: between two Han characters there is no word boundary.
+_GREETING_ZH = re.compile(r"^(你好|您好|嗨|哈喽|谢谢|多谢|感谢|再见|拜拜|早上好|早安|晚上好|晚安|好的|好吧|嗯+|哈哈+|"
+                          r"没问题|收到|太好了|真棒|厉害)")
 _INSTRUCTION = re.compile(r"\b(from now on|always (reply|answer|respond|use|write)|never (reply|answer|use|call|say)|"
                           r"(reply|answer|respond|write) (in|with|using))\b", re.IGNORECASE)
+_INSTRUCTION_ZH = re.compile(r"(从现在(开始|起)|从今以后|以后|今后).{0,20}(回答|回复|答复|用|写|说|叫我|称呼)|"
+                             r"(总是|始终|一直|永远|每次都)(用|以).{0,12}(回答|回复|写|说)|"
+                             r"(请|要)?(用|以)(中文|英文|英语|汉语|日语|简体|繁体).{0,6}(回答|回复|答复|写|交流)|"
+                             r"(回答|回复|写).{0,6}(不要|别|不许)|(不要|别|不许)再?(叫我|称呼我|给我发|回复)")
 _PERSONA = re.compile(r"\b(i|i'm|i am|my|me)\b.{0,60}\b(like|love|prefer|enjoy|hate|dislike|favou?rite|allergic|"
                       r"vegetarian|vegan|passionate|identify|believe|value|am a|work as|live in|grew up)\b",
                       re.IGNORECASE)
+_PERSONA_ZH = re.compile(r"我(很|非常|特别|最|真|也|还|一直|从小|比较)?(喜欢|爱|热爱|讨厌|不喜欢|偏爱|享受|擅长|害怕|"
+                         r"信|对.{0,10}过敏|过敏|吃素|是|住在|来自|出生|长大|叫|姓|在.{0,12}(工作|上班|上学|读书|当))|"
+                         r"我的(女儿|儿子|妻子|丈夫|老婆|老公|孩子|爸爸|妈妈|父亲|母亲|家人|猫|狗|名字|爱好|工作|职业)")
 MIN_WORDS = 4
 SHORT_ANSWER_WORDS = 12
 CONTEXT_CHARS = 200
@@ -34,18 +50,19 @@ MAX_CONTENT = 1000
 
 def classify(text: str) -> tuple[AtomType, int]:
     """Type and priority from patterns: instructions 90, persona statements 65, everything else episodic 60."""
-    if _INSTRUCTION.search(text):
+    if _INSTRUCTION.search(text) or _INSTRUCTION_ZH.search(text):
         return "instruction", 90
-    if _PERSONA.search(text):
+    if _PERSONA.search(text) or _PERSONA_ZH.search(text):
         return "persona", 65
     return "episodic", 60
 
 
 def statement(text: str) -> str:
     """The non-question sentences of a message; empty when it is only questions or a greeting."""
-    kept = [s for s in _SENTENCE.split(text.strip()) if s and not s.rstrip().endswith(("?", "？"))]
+    kept = [s.strip() for s in _SENTENCE.split(text.strip()) if s.strip() and not _QUESTION_END.search(s.strip())]
     out = " ".join(kept).strip()
-    if len(_WORD.findall(out)) < MIN_WORDS or (_GREETING.match(out) and len(_WORD.findall(out)) < 8):
+    words = word_count(out)
+    if words < MIN_WORDS or ((_GREETING.match(out) or _GREETING_ZH.match(out)) and words < 8):
         return ""
     return out
 
@@ -65,8 +82,8 @@ class HeuristicExtractor:
             if not text:
                 continue
             prev = context[i - 1] if i > 0 else None
-            answers = prev is not None and prev.role != "user" and "?" in prev.content
-            if answers and prev is not None and len(_WORD.findall(text)) < SHORT_ANSWER_WORDS:
+            answers = prev is not None and prev.role != "user" and ("?" in prev.content or "？" in prev.content)
+            if answers and prev is not None and word_count(text) < SHORT_ANSWER_WORDS:
                 text = f"{text} (answering: {prev.content.strip()[:CONTEXT_CHARS]})"
             kind, priority = classify(text)
             drafts.append(AtomDraft(content=text[:MAX_CONTENT], type=kind, priority=priority,
@@ -75,7 +92,7 @@ class HeuristicExtractor:
 
 
 def _words(text: str) -> set[str]:
-    return {w.lower() for w in _WORD.findall(text)}
+    return set(terms(text))
 
 
 class HeuristicJudge:

@@ -13,6 +13,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from mnemoflow.lexical import has_unspaced
+from mnemoflow.lexical import words as reader_words
 from mnemoflow.memory.scenes_model import MAX_SCENE_CHARS
 
 SECTIONS = (("persona", "## core traits"), ("instruction", "## preferences"), ("episodic", "## core narrative"))
@@ -24,6 +26,11 @@ STOPWORDS = frozenset(
     "she her him his hers our ours your yours you its it's not but all any can did does doing done get got "
     "going like know think want make made one two out how why too yes yeah well now new time lot things thing "
     "user users said says told today recently currently after before while during over other others each".split()
+)
+STOPWORDS_ZH = frozenset(
+    "我们 你们 他们 她们 它们 自己 这个 那个 这些 那些 什么 怎么 为什么 因为 所以 但是 可是 而且 然后 还是 或者 "
+    "已经 现在 今天 昨天 明天 时候 一下 一些 一个 一点 有点 非常 真的 觉得 知道 还有 没有 就是 不是 可以 应该 "
+    "喜欢 希望 谢谢 最近 刚刚 一直 特别 比较 东西 事情 这样 那样 如果 虽然 其实 大家 我的 你的 他的 她的".split()
 )
 
 
@@ -77,7 +84,12 @@ def render_items(items: list[Item], limit: int = MAX_SCENE_CHARS) -> str:
 
 
 def words(text: str) -> list[str]:
-    return [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+    """Naming words: Latin-script words of three letters or more, Chinese words of two characters or more
+    (jieba), neither a stopword."""
+    out = [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS and not has_unspaced(w)]
+    if has_unspaced(text):
+        out += [w for w in reader_words(text) if len(w) >= 2 and has_unspaced(w) and w not in STOPWORDS_ZH]
+    return out
 
 
 def keywords(texts: list[str], background: list[str], k: int = 3) -> list[str]:

@@ -138,3 +138,32 @@ def test_users_are_separate(files, store) -> None:
     assert store.count("t", "b") == 0 and RecordLog(files, "t", "b").read() == []
     asyncio.run(p.run("t", "b"))
     assert store.count("t", "b") == 1
+
+
+ZH = ["我喜欢在山里徒步旅行，我的女儿叫小美，她在北京上大学。", "听起来很棒！她学什么专业？",
+      "她学计算机。以后请用中文回答我。", "好的。", "你好", "嗯嗯",
+      "昨天我去了 Costco 买了很多水果，还见到了老同学 Tom。", "Nice!", "你周末有空吗"]
+
+
+def test_chinese_and_mixed_turns_become_typed_atoms(files, store) -> None:
+    """The issue's example: two Chinese sentences made no atom (one \\w+ run each, under the four-word minimum)."""
+    write_turns(files, ZH)
+    asyncio.run(pipeline(files, store).run("t", "u"))
+    records = {r.source_message_ids[0]: r for r in RecordLog(files, "t", "u").read()}
+    assert sorted(records) == ["m0", "m2", "m6"]  # a greeting (m4), an unpunctuated question (m8) drop
+    assert records["m0"].type == "persona"
+    assert records["m2"].type == "instruction" and "(answering:" in records["m2"].content
+    assert records["m6"].type == "episodic"
+
+
+def test_heuristic_sentences_split_on_chinese_punctuation() -> None:
+    from mnemoflow.memory.l1_heuristic import classify, statement
+
+    assert statement("我现在住在上海浦东。你住在哪里？你喜欢上海吗") == "我现在住在上海浦东。"
+    assert statement("你好！") == "" and statement("谢谢你，太好了") == ""
+    assert statement("Sure. I moved to Lisbon last May? No, in June.") == "Sure. No, in June."
+    assert classify("从现在开始，回答时不要用表情符号")[0] == "instruction"
+    assert classify("我对花生过敏")[0] == "persona"
+    assert classify("我的猫叫咪咪，今年三岁了")[0] == "persona"
+    assert classify("I love hiking, 尤其是在山里")[0] == "persona"
+    assert classify("昨天下雨了，我们在家看电影")[0] == "episodic"
