@@ -30,10 +30,12 @@ class L0Message(BaseModel):
     role: str
     content: str
     ts: AwareDatetime
+    name: str | None = None
 
     @classmethod
     def from_event(cls, event: TurnEvent) -> L0Message:
-        return cls(id=event.message_id, session=event.session, role=event.role, content=event.content, ts=event.ts)
+        return cls(id=event.message_id, session=event.session, role=event.role, content=event.content, ts=event.ts,
+                   name=event.name)
 
 
 class L0Writer:
@@ -56,7 +58,7 @@ class L0Writer:
                 skipped += 1
                 continue
             ids.add(event.message_id)
-            batches.setdefault(path, []).append(L0Message.from_event(event).model_dump_json())
+            batches.setdefault(path, []).append(L0Message.from_event(event).model_dump_json(exclude_none=True))
         written = 0
         pending = list(batches)
         try:

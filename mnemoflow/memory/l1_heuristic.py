@@ -9,6 +9,10 @@ Chinese and English, and a mix of both in one message: sentences end at ``.!?`` 
 ``。！？；`` (Chinese puts no space after them); questions end in ``?``/``？`` or, unpunctuated, in 吗/呢;
 words are counted with :func:`mnemoflow.lexical.word_count` (jieba words for Chinese, so 我喜欢徒步 is three
 words, not one); greetings, persona and instruction cues have a Chinese pattern beside the English one.
+
+Subject: when the message carries the speaker's ``name`` the atom starts with it (``Caroline: I went ...``), so a
+question that names the person finds the fact by BM25 and by embedding (on LoCoMo, prefixing the speaker raised
+dense recall@10 over raw turns from 0.378 to 0.565, issue 14).
 """
 
 from __future__ import annotations
@@ -84,8 +88,11 @@ class HeuristicExtractor:
             prev = context[i - 1] if i > 0 else None
             answers = prev is not None and prev.role != "user" and ("?" in prev.content or "？" in prev.content)
             if answers and prev is not None and word_count(text) < SHORT_ANSWER_WORDS:
-                text = f"{text} (answering: {prev.content.strip()[:CONTEXT_CHARS]})"
+                asker = f" {prev.name}" if prev.name else ""
+                text = f"{text} (answering{asker}: {prev.content.strip()[:CONTEXT_CHARS]})"
             kind, priority = classify(text)
+            if msg.name:  # name the subject: "Caroline: I went ..." is found by a question about Caroline
+                text = f"{msg.name}: {text}"
             drafts.append(AtomDraft(content=text[:MAX_CONTENT], type=kind, priority=priority,
                                     source_message_ids=(msg.id,), scene_name=previous_scene))
         return validate_drafts(drafts, window)

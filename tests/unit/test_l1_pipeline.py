@@ -167,3 +167,15 @@ def test_heuristic_sentences_split_on_chinese_punctuation() -> None:
     assert classify("我的猫叫咪咪，今年三岁了")[0] == "persona"
     assert classify("I love hiking, 尤其是在山里")[0] == "persona"
     assert classify("昨天下雨了，我们在家看电影")[0] == "episodic"
+
+
+def test_atoms_name_their_speaker_when_the_turn_carries_a_name(files, store) -> None:
+    L0Writer(files).write([
+        TurnEvent(tenant="t", message_id="q", user="u", session="s", role="assistant", name="Mel",
+                  content="Where did you go last weekend?", ts=T0),
+        TurnEvent(tenant="t", message_id="a", user="u", session="s", role="user", name="Caroline",
+                  content="I went to an LGBTQ support group.", ts=T0 + timedelta(minutes=1))])
+    asyncio.run(pipeline(files, store).run("t", "u"))
+    (record,) = RecordLog(files, "t", "u").read()
+    assert record.content.startswith("Caroline: I went to an LGBTQ support group.")
+    assert "(answering Mel: Where did you go" in record.content
