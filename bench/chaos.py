@@ -73,7 +73,7 @@ from bench.chaos_checks import (  # noqa: E402
     wait_quiet,
 )
 from bench.chaos_stack import UpProcess, free_port  # noqa: E402
-from mnemoflow.cli.replaying import chunks  # noqa: E402
+from mnemoflow.client.calls import batches as chunks  # noqa: E402
 from mnemoflow.events import ToolResultIn, TurnIn  # noqa: E402
 from mnemoflow.replay import from_locomo, from_messages  # noqa: E402
 from mnemoflow.sharding import shard_for  # noqa: E402

@@ -16,17 +16,19 @@ from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from mnemoflow.config import TOPIC_TOOL_RESULTS, TOPIC_TURNS, Settings
+from mnemoflow.client.models import Accepted, WhoAmI
+from mnemoflow.config import Settings
 from mnemoflow.errors import InvalidInput, MnemoflowError, ServiceUnavailable
-from mnemoflow.events import ToolResultEvent, ToolResultIn, TurnEvent, TurnIn
+from mnemoflow.events import ToolResultIn, TurnIn
 from mnemoflow.health import Check, run_checks
 from mnemoflow.memory.recall import Recaller
 from mnemoflow.ratelimit import RateLimiter
-from mnemoflow.sharding import shard_for
 from mnemoflow.storage import LocalFileStore
 from serving.bus import EventBus
 from serving.deps import ApiDeps, Compactor, StateReader
 from serving.metrics import ApiMetrics
+from serving.publish import publish_tool_results, publish_turns
+from serving.routes_governance import governance_router
 from serving.routes_memory import memory_router
 from serving.routes_offload import offload_router
 from serving.security import BodyLimit, KeyRing, TenantGate
@@ -40,10 +42,6 @@ class TurnBatch(BaseModel):
 
 class ToolResultBatch(BaseModel):
     results: list[ToolResultIn] = Field(min_length=1, max_length=500)
-
-
-class Accepted(BaseModel):
-    accepted: int
 
 
 HealthChecks = Callable[[ApiDeps], Mapping[str, Check]]
@@ -92,25 +90,25 @@ def create_api(
     @app.post("/v1/turns", status_code=202, response_model=Accepted)
     async def submit_turns(batch: TurnBatch, tenant: Tenant) -> Accepted:
         """Append conversation messages; answers once Kafka acknowledged every one."""
-        now = datetime.now(UTC)
-        events = [TurnEvent.from_input(tenant, t, now) for t in batch.turns]
-        await bus.publish(TOPIC_TURNS, [(e.key, e.model_dump_json().encode(), None) for e in events])
-        metrics.events.labels("turn").inc(len(events))
-        return Accepted(accepted=len(events))
+        n = await publish_turns(bus, tenant, batch.turns, datetime.now(UTC))
+        metrics.events.labels("turn").inc(n)
+        return Accepted(accepted=n)
 
     @app.post("/v1/tool-results", status_code=202, response_model=Accepted)
     async def submit_tool_results(batch: ToolResultBatch, tenant: Tenant) -> Accepted:
         """Offload tool outputs; each session's results go to the partition of its shard."""
-        now = datetime.now(UTC)
-        events = [ToolResultEvent.from_input(tenant, r, now) for r in batch.results]
-        n = settings.shard_partitions
-        records = [(e.key, e.model_dump_json().encode(), shard_for(e.key, n)) for e in events]
-        await bus.publish(TOPIC_TOOL_RESULTS, records)
-        metrics.events.labels("tool_result").inc(len(events))
-        return Accepted(accepted=len(events))
+        n = await publish_tool_results(bus, settings.shard_partitions, tenant, batch.results, datetime.now(UTC))
+        metrics.events.labels("tool_result").inc(n)
+        return Accepted(accepted=n)
+
+    @app.get("/v1/whoami", response_model=WhoAmI)
+    async def whoami(tenant: Tenant) -> WhoAmI:
+        """The key's tenant: lets a front door (the MCP server, an SDK user) check a key without writing."""
+        return WhoAmI(tenant=tenant)
 
     app.include_router(offload_router(deps, gate))
     app.include_router(memory_router(deps, gate))
+    app.include_router(governance_router(deps, gate))
 
     @app.get("/health/live")
     async def live() -> dict[str, str]:

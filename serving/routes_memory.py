@@ -8,10 +8,10 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from pydantic import BaseModel, Field
 
+from mnemoflow.client.models import AtomDrillDown, ConversationHitOut
 from mnemoflow.config import TOPIC_JOBS
 from mnemoflow.ids import SafeId
 from mnemoflow.memory.l0 import L0Message, read_l0
-from mnemoflow.memory.l1_models import L1Record
 from mnemoflow.memory.l1_schedule import L1Job
 from mnemoflow.memory.persona import PersonaStore
 from mnemoflow.memory.recall import RecallHit, RecallResult
@@ -37,16 +37,6 @@ class ConversationSearch(BaseModel):
     query: str = Field(min_length=1, max_length=2000)
     limit: int = Field(5, ge=1, le=50)
     session: SafeId | None = None
-
-
-class ConversationHitOut(BaseModel):
-    message: L0Message
-    score: float
-
-
-class AtomDrillDown(BaseModel):
-    record: L1Record | None
-    messages: list[L0Message]
 
 
 class SessionEnd(BaseModel):

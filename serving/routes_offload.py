@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from pydantic import BaseModel, Field
 
+from mnemoflow.client.models import DrilledEntry
 from mnemoflow.offload.annotations import annotated_entries, drill_down
 from mnemoflow.offload.canvas_update import canvas_path
 from mnemoflow.offload.compact import check_window
@@ -21,13 +22,6 @@ from serving.deps import ApiDeps, PathId
 class CompactRequest(BaseModel):
     messages: list[dict[str, Any]] = Field(min_length=1, max_length=20_000)
     window: int = Field(gt=0, le=10_000_000, description="The model's context window, in tokens.")
-
-
-class DrilledEntry(BaseModel):
-    entry: OffloadEntry
-    raw: str | None = Field(None, description="The raw output as UTF-8 text (see raw_b64 when it is not)")
-    raw_b64: str | None = None
-    ref_url: str
 
 
 def offload_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:

@@ -10,7 +10,7 @@ from pathlib import Path
 from bench.chaos import Injection, renamed, summarise
 from bench.chaos_checks import TENANT, Acked, check_events
 from bench.chaos_stack import part_of
-from mnemoflow.cli.replaying import chunks
+from mnemoflow.client.calls import batches as chunks
 from mnemoflow.events import ToolResultIn, TurnIn
 
 TS = datetime(2025, 1, 1, tzinfo=UTC)

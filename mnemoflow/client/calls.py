@@ -1,0 +1,216 @@
+"""Every API call as data: method, path, body and how to parse the answer. Pure: no I/O.
+
+Why: the sync and the async client send the same calls; defining each endpoint once here keeps them thin shells
+over one description (no sync/async twins of request building or parsing), and lets a unit test check a call
+without a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any, Generic, Literal, TypeVar
+
+import httpx
+from pydantic import BaseModel, TypeAdapter
+
+from mnemoflow.client.models import Accepted, AtomDrillDown, ConversationHitOut, DrilledEntry, WhoAmI
+from mnemoflow.events import ToolResultIn, TurnIn
+from mnemoflow.ids import check_id
+from mnemoflow.memory.l0 import L0Message
+from mnemoflow.memory.recall import RecallHit, RecallResult
+from mnemoflow.offload.entries import OffloadEntry
+from mnemoflow.offload.replies import CompactReply
+from mnemoflow.offload.session_state import SessionState
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+
+MAX_BATCH_CHARS = 600_000
+"""Content characters per batch, under the default 1 MiB body limit once JSON-escaped."""
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    method: str
+    path: str
+    parse: Callable[[httpx.Response], T]
+    json: Any = None
+    params: dict[str, Any] = field(default_factory=dict)
+    answers: frozenset[int] = frozenset()
+    """Error statuses that are an answer to parse, not an error to raise or retry (``/health``'s 503)."""
+
+
+def _model(model: type[M]) -> Callable[[httpx.Response], M]:
+    return lambda r: model.model_validate_json(r.content)
+
+
+def _list(model: type[M]) -> Callable[[httpx.Response], list[M]]:
+    adapter = TypeAdapter(list[model])  # type: ignore[valid-type]
+    return lambda r: adapter.validate_json(r.content)
+
+
+def _text(r: httpx.Response) -> str:
+    return r.text
+
+
+def _seg(value: str) -> str:
+    """A path segment: ids are checked here so that a bad id fails before a request, with the API's own rule."""
+    return check_id(value)
+
+
+def batches(items: Sequence[TurnIn | ToolResultIn], batch: int, max_chars: int = MAX_BATCH_CHARS) -> list[list]:
+    """Consecutive runs of one kind, cut at ``batch`` items or about ``max_chars`` of content (the body limit)."""
+    out: list[list] = []
+    chars = 0
+    for item in items:
+        full = bool(out) and (len(out[-1]) >= batch or chars + len(item.content) > max_chars)
+        if not out or type(out[-1][0]) is not type(item) or full:
+            out.append([])
+            chars = 0
+        out[-1].append(item)
+        chars += len(item.content)
+    return out
+
+
+def submit(items: list[TurnIn] | list[ToolResultIn]) -> Call[int]:
+    """One batch of one kind (see :func:`batches`); answers how many were accepted (all, once Kafka has them)."""
+    if isinstance(items[0], TurnIn):
+        body = {"turns": [i.model_dump(mode="json") for i in items]}
+        return Call("POST", "/v1/turns", lambda r: Accepted.model_validate_json(r.content).accepted, json=body)
+    body = {"results": [i.model_dump(mode="json") for i in items]}
+    return Call("POST", "/v1/tool-results", lambda r: Accepted.model_validate_json(r.content).accepted, json=body)
+
+
+def whoami() -> Call[str]:
+    return Call("GET", "/v1/whoami", lambda r: WhoAmI.model_validate_json(r.content).tenant)
+
+
+def recall(user: str, query: str) -> Call[RecallResult]:
+    return Call("POST", "/v1/recall", _model(RecallResult), json={"user": user, "query": query})
+
+
+def memory_search(
+    user: str, query: str, limit: int = 5, type: Literal["persona", "episodic", "instruction"] | None = None
+) -> Call[list[RecallHit]]:
+    body = {"user": user, "query": query, "limit": limit, "type": type}
+    return Call("POST", "/v1/memory/search", _list(RecallHit), json=body)
+
+
+def conversation_search(
+    user: str, query: str, limit: int = 5, session: str | None = None
+) -> Call[list[ConversationHitOut]]:
+    body = {"user": user, "query": query, "limit": limit, "session": session}
+    return Call("POST", "/v1/conversations/search", _list(ConversationHitOut), json=body)
+
+
+def conversations(user: str, day: date | None = None, offset: int = 0, limit: int = 1000) -> Call[list[L0Message]]:
+    params: dict[str, Any] = {"offset": offset, "limit": limit}
+    if day is not None:
+        params["day"] = day.isoformat()
+    return Call("GET", f"/v1/users/{_seg(user)}/conversations", _list(L0Message), params=params)
+
+
+def atom(user: str, atom_id: str) -> Call[AtomDrillDown]:
+    return Call("GET", f"/v1/users/{_seg(user)}/atoms/{_seg(atom_id)}", _model(AtomDrillDown))
+
+
+def persona(user: str) -> Call[str]:
+    return Call("GET", f"/v1/users/{_seg(user)}/persona", _text)
+
+
+def scenes(user: str) -> Call[list[dict[str, Any]]]:
+    return Call("GET", f"/v1/users/{_seg(user)}/scenes", lambda r: list(r.json()))
+
+
+def scene(user: str, name: str) -> Call[str]:
+    return Call("GET", f"/v1/users/{_seg(user)}/scenes/{_seg(name)}", _text)
+
+
+def remember(user: str, text: str, type: str | None = None, priority: int | None = None) -> Call[dict[str, Any]]:
+    """Issue 10's direct write (``POST /v1/users/{user}/memories``): stored without extraction."""
+    body = {k: v for k, v in {"text": text, "type": type, "priority": priority}.items() if v is not None}
+    return Call("POST", f"/v1/users/{_seg(user)}/memories", lambda r: dict(r.json()), json=body)
+
+
+def forget(user: str, atom_id: str) -> Call[dict[str, Any]]:
+    """Issue 10's delete (``DELETE /v1/users/{user}/atoms/{id}``): a tombstone, gone from the index and recall."""
+    return Call("DELETE", f"/v1/users/{_seg(user)}/atoms/{_seg(atom_id)}", lambda r: dict(r.json() or {}))
+
+
+def end_session(session: str, user: str) -> Call[None]:
+    return Call("POST", f"/v1/sessions/{_seg(session)}/end", lambda r: None, json={"user": user})
+
+
+def compact(session: str, messages: list[dict[str, Any]], window: int) -> Call[CompactReply]:
+    body = {"messages": messages, "window": window}
+    return Call("POST", f"/v1/sessions/{_seg(session)}/compact", _model(CompactReply), json=body)
+
+
+def offload(session: str, after_seq: int = -1) -> Call[list[OffloadEntry]]:
+    path = f"/v1/sessions/{_seg(session)}/offload"
+    return Call("GET", path, _list(OffloadEntry), params={"after_seq": after_seq})
+
+
+def ref(session: str, tool_call_id: str) -> Call[bytes]:
+    return Call("GET", f"/v1/sessions/{_seg(session)}/refs/{_seg(tool_call_id)}", lambda r: r.content)
+
+
+def node(session: str, node_id: str) -> Call[list[DrilledEntry]]:
+    return Call("GET", f"/v1/sessions/{_seg(session)}/nodes/{_seg(node_id)}", _list(DrilledEntry))
+
+
+def canvases(session: str) -> Call[list[str]]:
+    return Call("GET", f"/v1/sessions/{_seg(session)}/canvases", lambda r: [str(n) for n in r.json()])
+
+
+def canvas(session: str, name: str) -> Call[str]:
+    return Call("GET", f"/v1/sessions/{_seg(session)}/canvases/{_seg(name)}", _text)
+
+
+def state(session: str) -> Call[SessionState]:
+    return Call("GET", f"/v1/sessions/{_seg(session)}/state", _model(SessionState))
+
+
+def health() -> Call[dict[str, Any]]:
+    """Readiness; a 503 answer is a report too (``status: degraded``), so it is parsed, not raised."""
+    return Call("GET", "/health", lambda r: dict(r.json()), answers=frozenset({503}))
+
+
+@dataclass
+class Pages(Generic[T]):
+    """Pagination as a function: the call for the next page given the last page (None before the first), or
+    None when done. Both clients loop over it, so neither repeats the paging rules."""
+
+    next_call: Callable[[list[T] | None], Call[list[T]] | None]
+
+
+def conversation_pages(user: str, day: date | None = None, page_size: int = 1000) -> Pages[L0Message]:
+    """L0 by ``offset``: the next page starts where the last one ended; a short page is the last."""
+    seen = 0
+
+    def next_call(page: list[L0Message] | None) -> Call[list[L0Message]] | None:
+        nonlocal seen
+        if page is not None:
+            if len(page) < page_size:
+                return None
+            seen += len(page)
+        return conversations(user, day, offset=seen, limit=page_size)
+
+    return Pages(next_call)
+
+
+def offload_pages(session: str, after_seq: int = -1) -> Pages[OffloadEntry]:
+    """Offload entries by ``seq``: the next page asks for entries after the last one seen; an empty page ends."""
+    last = after_seq
+
+    def next_call(page: list[OffloadEntry] | None) -> Call[list[OffloadEntry]] | None:
+        nonlocal last
+        if page is not None:
+            if not page:
+                return None
+            last = page[-1].seq
+        return offload(session, last)
+
+    return Pages(next_call)

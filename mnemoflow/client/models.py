@@ -1,0 +1,37 @@
+"""Response bodies of the HTTP API that have no model in the core: the routes answer with these and the SDK parses
+into them, so a field renamed on one side breaks the other's tests instead of a user's code."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from mnemoflow.memory.l0 import L0Message
+from mnemoflow.memory.l1_models import L1Record
+from mnemoflow.offload.entries import OffloadEntry
+
+
+class Accepted(BaseModel):
+    accepted: int
+
+
+class ConversationHitOut(BaseModel):
+    message: L0Message
+    score: float
+
+
+class AtomDrillDown(BaseModel):
+    record: L1Record | None
+    messages: list[L0Message]
+
+
+class DrilledEntry(BaseModel):
+    entry: OffloadEntry
+    raw: str | None = Field(None, description="The raw output as UTF-8 text (see raw_b64 when it is not)")
+    raw_b64: str | None = None
+    ref_url: str
+
+
+class WhoAmI(BaseModel):
+    """The tenant an API key belongs to (``GET /v1/whoami``): how a front door checks a key without a write."""
+
+    tenant: str
