@@ -28,6 +28,8 @@ TOPIC_TURNS = "mnemoflow.turns"
 TOPIC_TOOL_RESULTS = "mnemoflow.tool-results"
 TOPIC_JOBS = "mnemoflow.jobs"
 TOPIC_DEAD_LETTERS = "mnemoflow.dead-letters"
+TOPIC_COMMANDS = "mnemoflow.commands"
+"""Memory operations (edit, delete, remember, erase, import); keyed and partitioned like the turns."""
 SERVICE_DIRS = frozenset({"index", "logs", "kafka", "faust"})
 """Folders of the stack itself under the data directory, beside one folder per tenant: not tenant names."""
 WORKER_GROUP = "mnemoflow"

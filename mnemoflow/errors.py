@@ -15,6 +15,15 @@ class InvalidInput(MnemoflowError, ValueError):
     """The caller sent something we refuse (bad id, malformed message array). Fix the request; nothing was written."""
 
 
+class NotFound(MnemoflowError, LookupError):
+    """The user, atom or operation named does not exist (for this tenant). Check the id; nothing was written."""
+
+
+class Conflict(MnemoflowError):
+    """The request contradicts what is stored (an operation id reused with another body, an edit of a replaced
+    atom). Use a new operation id, or act on the current version; nothing was written."""
+
+
 class ConfigError(MnemoflowError):
     """The configuration is inconsistent or names something that is not there. Fix the settings and restart."""
 

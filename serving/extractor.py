@@ -8,17 +8,23 @@ continuously). A user is never run twice at once: requests for the same user sha
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 from collections import deque
+from collections.abc import AsyncIterator
 from typing import Any
 
 from ray import serve
 
 from mnemoflow.config import Settings
+from mnemoflow.governance.applier import OperationApplier, OperationReply
+from mnemoflow.governance.operations import OperationEvent
 from mnemoflow.memory.engines import l1_engines
 from mnemoflow.memory.l1_pipeline import L1Pipeline, L1RunReply
 from mnemoflow.ports import SystemClock
 from mnemoflow.storage import LocalFileStore
-from mnemoflow.stores.factory import open_index
+from mnemoflow.stores.factory import index_path, open_index
+from mnemoflow.stores.sqlite_scrub import scrub_sqlite_index
 from serving.loopback import keep_replica_on_loopback
 
 
@@ -37,12 +43,37 @@ class ExtractorServer:
         )  # fmt: skip
         self._running: dict[tuple[str, str], asyncio.Task[Any]] = {}
         self._batch_sizes: deque[int] = deque(maxlen=1000)
+        self._locks: dict[tuple[str, str], tuple[asyncio.Lock, list[int]]] = {}
+        self._operations = _operation_applier(settings, self._pipeline, embedder, self.store)
+
+    @contextlib.asynccontextmanager
+    async def _user(self, key: tuple[str, str]) -> AsyncIterator[None]:
+        """One user's L1 passes and operations never overlap (an erase must not race a pass's writes)."""
+        entry = self._locks.setdefault(key, (asyncio.Lock(), [0]))
+        entry[1][0] += 1  # holders and waiters: the lock is dropped when the last one leaves
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1][0] -= 1
+            if not entry[1][0]:
+                del self._locks[key]
+
+    async def _locked_run(self, tenant: str, user: str) -> Any:
+        async with self._user((tenant, user)):
+            return await self._pipeline.run(tenant, user)
+
+    async def apply_operation(self, event: OperationEvent) -> OperationReply:
+        """Apply one memory operation (the commands topic's worker calls it in partition order)."""
+        scope = event.key.split("/", 1)[1]
+        async with self._user((event.tenant, scope)):
+            return await self._operations.apply(event)
 
     async def _run_user(self, tenant: str, user: str) -> L1RunReply:
         key = (tenant, user)
         task = self._running.get(key)
         if task is None:
-            task = asyncio.ensure_future(self._pipeline.run(tenant, user))
+            task = asyncio.ensure_future(self._locked_run(tenant, user))
             self._running[key] = task
             task.add_done_callback(lambda _: self._running.pop(key, None))
         try:
@@ -63,6 +94,13 @@ class ExtractorServer:
         return f"{len(self._running)} runs in flight"
 
 
+def _operation_applier(settings: Settings, pipeline: L1Pipeline, embedder: Any, store: Any) -> OperationApplier:
+    """Memory operations over the same files, index and dedup as the L1 passes; SQLite is scrubbed on erase."""
+    scrub = None if settings.milvus_uri else functools.partial(scrub_sqlite_index, index_path(settings))
+    return OperationApplier.over(files=LocalFileStore(settings.data_dir, fsync=settings.fsync_files), store=store,
+                                 embedder=embedder, clock=SystemClock(), pipeline=pipeline, scrub=scrub)
+
+
 def build_extractor_app(settings: Settings, replicas: int = 1, max_batch_size: int = 16) -> Any:
     deployment = serve.deployment(
         name="extractor", num_replicas=replicas, max_ongoing_requests=64, ray_actor_options={"num_cpus": 0}
@@ -78,3 +116,6 @@ class ExtractorClient:
 
     async def run(self, tenant: str, user: str) -> L1RunReply:
         return await self._handle.run.remote((tenant, user))
+
+    async def apply_operation(self, event: OperationEvent) -> OperationReply:
+        return await self._handle.apply_operation.remote(event)

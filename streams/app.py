@@ -17,8 +17,18 @@ from typing import Any
 
 import faust
 
-from mnemoflow.config import TOPIC_DEAD_LETTERS, TOPIC_JOBS, TOPIC_TOOL_RESULTS, TOPIC_TURNS, WORKER_GROUP, Settings
+from mnemoflow.config import (
+    TOPIC_COMMANDS,
+    TOPIC_DEAD_LETTERS,
+    TOPIC_JOBS,
+    TOPIC_TOOL_RESULTS,
+    TOPIC_TURNS,
+    WORKER_GROUP,
+    Settings,
+)
+from mnemoflow.governance.applier import ApplyOperation
 from mnemoflow.handlers import (
+    CommandsHandler,
     HandlerContext,
     L1Done,
     L1JobsHandler,
@@ -53,6 +63,7 @@ def build_app(
     notify_shards: ShardNotifier | None = None,
     run_l1: L1Runner | None = None,
     l1_done: L1Done | None = None,
+    apply_operation: ApplyOperation | None = None,
 ) -> faust.App:
     """Faust app wired to the core. The callables reach the Ray actors and Serve deployments (None: not wired)."""
     app = faust.App(
@@ -75,6 +86,7 @@ def build_app(
     turns = app.topic(TOPIC_TURNS, partitions=settings.turns_partitions, **raw)
     tool_results = app.topic(TOPIC_TOOL_RESULTS, partitions=settings.shard_partitions, **raw)
     jobs = app.topic(TOPIC_JOBS, partitions=settings.turns_partitions, **raw)
+    commands = app.topic(TOPIC_COMMANDS, partitions=settings.turns_partitions, **raw)
     out = {TOPIC_JOBS: jobs, TOPIC_DEAD_LETTERS: app.topic(TOPIC_DEAD_LETTERS, partitions=1, **raw)}
 
     ctx = HandlerContext(SystemClock(), RetryPolicy(attempts=settings.worker_max_attempts), WriterThread())
@@ -84,6 +96,7 @@ def build_app(
     on_turns = TurnsHandler(ctx, files, scheduler if schedule_l1 else None)
     on_tool_results = ToolResultsHandler(ctx, files, notify_shards)
     on_jobs = L1JobsHandler(ctx, scheduler, run_l1, l1_done)
+    on_commands = CommandsHandler(ctx, files, apply_operation)
 
     async def produce(outcome: Outcome) -> None:
         """Send what the outcome lists and wait until Kafka acknowledged each message: the batch's offsets are
@@ -113,6 +126,11 @@ def build_app(
     async def run_jobs(stream: faust.StreamT) -> None:
         async for events in stream.take_events(64, within=0.2):
             await produce(await on_jobs.handle([raw_record(ev) for ev in events]))
+
+    @app.agent(commands, name="apply-operations")
+    async def apply_operations(stream: faust.StreamT) -> None:
+        async for events in stream.take_events(64, within=0.05):
+            await produce(await on_commands.handle([raw_record(ev) for ev in events]))
 
     if schedule_l1:
 

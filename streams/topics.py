@@ -5,7 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from mnemoflow.config import TOPIC_DEAD_LETTERS, TOPIC_JOBS, TOPIC_TOOL_RESULTS, TOPIC_TURNS, WORKER_GROUP, Settings
+from mnemoflow.config import (
+    TOPIC_COMMANDS,
+    TOPIC_DEAD_LETTERS,
+    TOPIC_JOBS,
+    TOPIC_TOOL_RESULTS,
+    TOPIC_TURNS,
+    WORKER_GROUP,
+    Settings,
+)
 from mnemoflow.errors import ServiceUnavailable
 
 log = logging.getLogger(__name__)
@@ -16,6 +24,7 @@ def topic_partitions(settings: Settings) -> dict[str, int]:
         TOPIC_TURNS: settings.turns_partitions,
         TOPIC_TOOL_RESULTS: settings.shard_partitions,
         TOPIC_JOBS: settings.turns_partitions,  # co-partitioned with turns: one worker owns a user's triggers
+        TOPIC_COMMANDS: settings.turns_partitions,  # co-partitioned with turns: one writer applies a user's operations
         TOPIC_DEAD_LETTERS: 1,
         # Faust's partition assignor elects a leader through this topic; it may not declare topics itself here
         f"{WORKER_GROUP}-__assignor-__leader": 1,

@@ -19,15 +19,16 @@ def main() -> None:
     settings = Settings()
     if not settings.kafka_bootstrap:
         raise ConfigError("the worker needs MNEMOFLOW_KAFKA_BOOTSTRAP (the stack launcher sets it)")
-    notify = run_l1 = l1_done = None
+    notify = run_l1 = l1_done = apply_operation = None
     if settings.ray_address:
         from actors import CuratorClient, connect_shards
         from serving.extractor import ExtractorClient
 
         notify = connect_shards(settings).notify
-        run_l1 = ExtractorClient().run
+        extractor = ExtractorClient()
+        run_l1, apply_operation = extractor.run, extractor.apply_operation
         l1_done = CuratorClient(settings.curator_shards, settings.ray_namespace).after_l1
-    app = build_app(settings, settings.kafka_bootstrap, notify, run_l1, l1_done)
+    app = build_app(settings, settings.kafka_bootstrap, notify, run_l1, l1_done, apply_operation)
     logging.getLogger("mnemoflow").setLevel(logging.INFO)
     worker = faust.Worker(app, loglevel="WARNING", override_logging=True)
     worker.execute_from_commandline()

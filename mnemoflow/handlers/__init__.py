@@ -7,6 +7,7 @@ Every handler retries and parks through one :class:`~mnemoflow.retry.RetryPolicy
 :class:`~mnemoflow.ports.Clock` port, and does its file work off the event loop (:class:`WriterThread`).
 """
 
+from mnemoflow.handlers.commands import CommandsHandler
 from mnemoflow.handlers.context import Blocking, HandlerContext, WriterThread
 from mnemoflow.handlers.l1_jobs import L1Done, L1JobsHandler, L1Runner
 from mnemoflow.handlers.outcome import JobsOutcome, Message, Outcome, ToolResultsOutcome, TurnsOutcome
@@ -16,6 +17,7 @@ from mnemoflow.handlers.turns import TurnsHandler
 
 __all__ = [
     "Blocking",
+    "CommandsHandler",
     "DeadLetter",
     "HandlerContext",
     "JobsOutcome",

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from mnemoflow.events import ToolResultEvent
+from mnemoflow.governance.tombstones import Tombstones
 from mnemoflow.handlers.context import HandlerContext
 from mnemoflow.handlers.outcome import ToolResultsOutcome
 from mnemoflow.handlers.records import RawRecord
@@ -27,6 +28,7 @@ class ToolResultsHandler:
     def __init__(self, ctx: HandlerContext, files: FileStore, notify: ShardNotifier | None = None) -> None:
         self._ctx, self._files, self._notify = ctx, files, notify
         self._offload = OffloadWriter(files)
+        self._tombstones = Tombstones(files)
 
     async def handle(self, records: Sequence[RawRecord]) -> ToolResultsOutcome:
         applied = await self._ctx.apply(records, ToolResultEvent, "tool-result", self._write)
@@ -39,6 +41,8 @@ class ToolResultsHandler:
         return outcome
 
     def _write(self, events: list[ToolResultEvent]) -> list[SessionAppend]:
+        """Results of an erased session from before the erase are re-deliveries: dropped."""
+        events, _ = self._tombstones.keep(events, "sessions", lambda e: (e.tenant, e.session, e.ts))
         with self._files.group_commit():
             return self._offload.write(events)
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from mnemoflow.events import TurnEvent
+from mnemoflow.governance.tombstones import Tombstones
 from mnemoflow.handlers.context import HandlerContext
 from mnemoflow.handlers.outcome import TurnsOutcome
 from mnemoflow.handlers.records import RawRecord
@@ -27,6 +28,7 @@ class TurnsHandler:
     def __init__(self, ctx: HandlerContext, files: FileStore, scheduler: L1Scheduler | None = None) -> None:
         self._ctx, self._files, self._scheduler = ctx, files, scheduler
         self._l0 = L0Writer(files)
+        self._tombstones = Tombstones(files)
 
     async def handle(self, records: Sequence[RawRecord]) -> TurnsOutcome:
         now = self._ctx.clock.now()
@@ -37,9 +39,11 @@ class TurnsHandler:
         return outcome
 
     def _write(self, events: list[TurnEvent], now: datetime) -> tuple[tuple[int, int], list[L1Job]]:
+        """Turns of an erased user said before the erase are re-deliveries: counted as skipped, never written."""
+        events, erased = self._tombstones.keep(events, "users", lambda e: (e.tenant, e.user, e.ts))
         with self._files.group_commit():
-            counts = self._l0.write(events)
-            return counts, self._schedule(events, now)
+            written, skipped = self._l0.write(events)
+            return (written, skipped + erased), self._schedule(events, now)
 
     def _schedule(self, events: list[TurnEvent], now: datetime) -> list[L1Job]:
         if self._scheduler is None:

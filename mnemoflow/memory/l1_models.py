@@ -60,14 +60,21 @@ class L1Record(BaseModel):
     timestamps: list[AwareDatetime] = Field(description="When the facts were said (source message times)")
     created: AwareDatetime
     updated: AwareDatetime
-    action: Literal["store", "update", "merge"] = "store"
+    action: Literal["store", "update", "merge", "edit"] = "store"
     merged_from: list[str] = Field(default_factory=list)
     superseded_by: str | None = None
     valid_to: AwareDatetime | None = None
+    origin: Literal["extraction", "manual"] = "extraction"
+    """Who made this version: the L1 pipeline, or a person through the atom API (edit, remember)."""
+    operation_id: str | None = None
+    """The operation (``/v1/operations/{id}``) that wrote a manual version."""
+    deleted_at: AwareDatetime | None = None
+    deleted_by: str | None = None
+    """The operation that deleted the atom (a ``delete`` line folded in)."""
 
     @property
     def live(self) -> bool:
-        return self.superseded_by is None
+        return self.superseded_by is None and self.deleted_at is None
 
 
 class AddLine(BaseModel):
@@ -75,6 +82,15 @@ class AddLine(BaseModel):
 
     op: Literal["add"] = "add"
     record: L1Record
+
+
+class DeleteLine(BaseModel):
+    """``records/*.jsonl`` line that deletes a record (a tombstone); readers fold it into that record."""
+
+    op: Literal["delete"] = "delete"
+    id: str
+    at: AwareDatetime
+    operation_id: str
 
 
 class SupersedeLine(BaseModel):

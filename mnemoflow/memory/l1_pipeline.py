@@ -123,7 +123,7 @@ class L1Pipeline:
             plans = await self.deduper.plan(tenant, user, atoms, shown=shown, proposed=proposed)
             result.llm_calls += self.deduper.stats.judge_calls - calls_before
             result.model_calls_needed += self.deduper.stats.model_judge_passes - passes_before
-            self._apply(tenant, user, plans, window, result)
+            self.write_plans(tenant, user, plans, {m.id: m for m in [*window.background, *window.new]}, result)
             cursor = cursor.advanced(window.done, last_scene(drafts))
             save_cursor(self._files, tenant, user, cursor)
             result.windows += 1
@@ -136,16 +136,18 @@ class L1Pipeline:
         texts = [m.content[:2000] for m in window.new if m.role == "user"]
         return self.deduper.shown(tenant, user, list(zip(texts, self._embedder.embed(texts), strict=True)))
 
-    def _apply(self, tenant: str, user: str, plans: list[Plan], window: Window, result: L1RunResult) -> None:
+    def write_plans(self, tenant: str, user: str, plans: list[Plan], by_id: dict[str, L0Message],
+                    result: L1RunResult, operation_id: str | None = None) -> None:
+        """Records, then the index, for the dedup plans of one pass. ``by_id``: the L0 messages the drafts came
+        from. ``operation_id``: a manual write (``remember``), recorded as such, with no L0 provenance of its own."""
         now = self._clock.now()
         log = RecordLog(self._files, tenant, user)
-        by_id: dict[str, L0Message] = {m.id: m for m in [*window.background, *window.new]}
         writes = [p for p in plans if p.action != "skip"]
         result.skipped += len(plans) - len(writes)
         old = log.get(t.id for p in writes for t in p.targets)
         records, supersede = [], []
         for p in writes:
-            rec = self._record(p, by_id, old, now)
+            rec = self._record(p, by_id, old, now, operation_id)
             records.append(rec)
             supersede += [(t.id, rec.id) for t in p.targets]
             counter = _COUNTERS[p.action]
@@ -155,7 +157,7 @@ class L1Pipeline:
         log.append(records, supersede, now)
         changed = [p.content != p.atom.draft.content for p in writes]
         fresh = iter(self._embedder.embed([p.content for p, c in zip(writes, changed, strict=True) if c]) or [])
-        rows = [self._row(tenant, user, rec, next(fresh) if c else p.atom.vector, now)
+        rows = [self.row(tenant, user, rec, next(fresh) if c else p.atom.vector, now)
                 for p, rec, c in zip(writes, records, changed, strict=True)]
         self._store.upsert(rows)
         gone = [old_id for old_id, _ in supersede]
@@ -164,9 +166,10 @@ class L1Pipeline:
         result.atom_ids += [r.id for r in records]
 
     @staticmethod
-    def _record(p: Plan, by_id: dict[str, L0Message], old: dict[str, L1Record], now: datetime) -> L1Record:
+    def _record(p: Plan, by_id: dict[str, L0Message], old: dict[str, L1Record], now: datetime,
+                operation_id: str | None = None) -> L1Record:
         d = p.atom.draft
-        sources = list(d.source_message_ids)
+        sources = list(d.source_message_ids) if operation_id is None else []
         stamps = [by_id[s].ts for s in sources if s in by_id] or [now]
         for t in p.targets:  # provenance survives update/merge (the original keeps only the new atom's)
             prev = old.get(t.id)
@@ -176,10 +179,11 @@ class L1Pipeline:
             id=p.atom.id, content=p.content, type=p.type, priority=p.priority, scene_name=d.scene_name,
             source_message_ids=list(dict.fromkeys(sources)), activity_start=d.activity_start,
             activity_end=d.activity_end, timestamps=sorted(set(stamps)), created=now, updated=now,
-            action=p.action if p.action != "skip" else "store", merged_from=[t.id for t in p.targets])
+            action=p.action if p.action != "skip" else "store", merged_from=[t.id for t in p.targets],
+            origin="extraction" if operation_id is None else "manual", operation_id=operation_id)
 
     @staticmethod
-    def _row(tenant: str, user: str, rec: L1Record, vector: list[float], now: datetime) -> AtomRow:
+    def row(tenant: str, user: str, rec: L1Record, vector: list[float], now: datetime) -> AtomRow:
         """``created`` in the index is when the fact was first said (shown by recall), ``updated`` the write."""
         return AtomRow(id=rec.id, tenant=tenant, user=user, type=rec.type, priority=rec.priority,
                        text=rec.content[:8000], vector=vector, created=rec.activity_start or rec.timestamps[0],

@@ -13,11 +13,11 @@ from datetime import datetime
 
 from pydantic import TypeAdapter
 
-from mnemoflow.memory.l1_models import AddLine, L1Record, SupersedeLine
+from mnemoflow.memory.l1_models import AddLine, DeleteLine, L1Record, SupersedeLine
 from mnemoflow.ports import FileStore
 from mnemoflow.storage import Layout
 
-_LINE: TypeAdapter[AddLine | SupersedeLine] = TypeAdapter(AddLine | SupersedeLine)
+_LINE: TypeAdapter[AddLine | SupersedeLine | DeleteLine] = TypeAdapter(AddLine | SupersedeLine | DeleteLine)
 
 
 class RecordLog:
@@ -34,18 +34,23 @@ class RecordLog:
         """Records in write order with supersession applied; only live ones unless ``live_only`` is False."""
         records: dict[str, L1Record] = {}
         marks: dict[str, SupersedeLine] = {}
+        deletes: dict[str, DeleteLine] = {}
         for path in self._days():
             for raw in self._files.read_lines(path):
                 line = _LINE.validate_json(raw)
                 if isinstance(line, AddLine):
                     records.setdefault(line.record.id, line.record)
+                elif isinstance(line, DeleteLine):
+                    deletes.setdefault(line.id, line)
                 else:
                     marks[line.id] = line
         out = []
         for rid, rec in records.items():
-            mark = marks.get(rid)
+            mark, gone = marks.get(rid), deletes.get(rid)
             if mark is not None:
                 rec = rec.model_copy(update={"superseded_by": mark.superseded_by, "valid_to": mark.valid_to})
+            if gone is not None:
+                rec = rec.model_copy(update={"deleted_at": gone.at, "deleted_by": gone.operation_id})
             if rec.live or not live_only:
                 out.append(rec)
         return out
@@ -67,3 +72,11 @@ class RecordLog:
             self._files.repair_tail(path)
             self._files.append_lines(path, lines)
         return sum(1 for r in adds if r.id not in known)
+
+    def delete(self, ids: list[str], at: datetime, operation_id: str) -> None:
+        """Append tombstone lines for ``ids`` (an atom deleted through the API). Idempotent: the first wins."""
+        if ids:
+            path = Layout.records_day(self.tenant, self.user, at.date())
+            self._files.repair_tail(path)
+            self._files.append_lines(path, [DeleteLine(id=i, at=at, operation_id=operation_id).model_dump_json()
+                                            for i in ids])

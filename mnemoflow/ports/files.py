@@ -53,3 +53,8 @@ class FileStore(Protocol):
     def list_dir(self, path: str) -> list[str]:
         """Names in a folder, sorted; empty if it does not exist."""
         ...
+
+    def remove(self, path: str) -> int:
+        """Delete a file, or a folder with everything in it (erase, retention); durable when it returns.
+        Returns how many files went; 0 if nothing was there."""
+        ...

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -207,3 +208,21 @@ class LocalFileStore:
         if not target.is_dir():
             return []
         return sorted(p.name for p in target.iterdir() if not p.name.startswith("."))
+
+    def remove(self, path: str) -> int:
+        target = self._path(path)
+        if target == self.root:
+            raise InvalidInput("refusing to remove the data root")
+        try:
+            if target.is_dir() and not target.is_symlink():
+                count = sum(1 for p in target.rglob("*") if not p.is_dir())
+                shutil.rmtree(target)
+            elif target.exists() or target.is_symlink():
+                count = 1
+                target.unlink()
+            else:
+                return 0
+            self._durable([target.parent])
+        except OSError as exc:
+            raise StorageError(f"cannot remove {path}: {exc}") from exc
+        return count

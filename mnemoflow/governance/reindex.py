@@ -1,0 +1,49 @@
+"""Rebuild the atom index from ``records/`` alone: the records are the source of truth (DESIGN §4), the index a
+cache that can always be recomputed, after a lost index file, an import, or a restore from backup.
+
+A row is made from a record exactly as the L1 pipeline makes it (:meth:`L1Pipeline.row`), with the vector of
+the record's text, so a rebuilt index answers searches as the one it replaces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from mnemoflow.config import SERVICE_DIRS
+from mnemoflow.memory.l1_pipeline import L1Pipeline
+from mnemoflow.memory.records import RecordLog
+from mnemoflow.ports import Clock, Embedder, FileStore
+from mnemoflow.ports.vectors import VectorStore
+
+Progress = Callable[[int], None]
+"""Told how many atoms were just indexed (a progress bar)."""
+
+
+def users(files: FileStore, tenant: str | None = None) -> Iterator[tuple[str, str]]:
+    """Every (tenant, user) with a folder under the data root (one tenant, or all of them)."""
+    for t in [tenant] if tenant else [n for n in files.list_dir("") if n not in SERVICE_DIRS]:
+        for u in files.list_dir(f"{t}/users"):
+            yield t, u
+
+
+def reindex_user(files: FileStore, store: VectorStore, embedder: Embedder, clock: Clock, tenant: str, user: str,
+                 *, batch: int = 256, progress: Progress | None = None) -> int:
+    """Upsert a row for every live record of the user; rows of records no longer live are deleted. Returns rows
+    written."""
+    records = RecordLog(files, tenant, user).read(live_only=False)
+    dead = [r.id for r in records if not r.live]
+    live = [r for r in records if r.live]
+    now = clock.now()
+    for start in range(0, len(live), batch):
+        chunk = live[start : start + batch]
+        vectors = embedder.embed([r.content for r in chunk])
+        store.upsert([L1Pipeline.row(tenant, user, r, v, now) for r, v in zip(chunk, vectors, strict=True)])
+        if progress is not None:
+            progress(len(chunk))
+    if dead:
+        store.delete(tenant, user, dead)
+    return len(live)
+
+
+def count_live(files: FileStore, tenant: str, user: str) -> int:
+    return sum(1 for _ in RecordLog(files, tenant, user).read())

@@ -1,0 +1,275 @@
+"""Memory operations applied inline through the commands handler, over real files and a real SQLite index.
+
+Covers what issue 10 asks of the core: edit / delete / remember with history, idempotence by operation id, the
+erase of a user with its tombstone (byte search of the data directory and of the index file), export/import and
+reindex giving the same recall.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mnemoflow.config import TOPIC_COMMANDS
+from mnemoflow.embedding import HashingEmbedder
+from mnemoflow.events import ToolResultEvent, TurnEvent
+from mnemoflow.governance.applier import OperationApplier
+from mnemoflow.governance.bundle import BundleImporter, export_user
+from mnemoflow.governance.listing import AtomFilter, history, page
+from mnemoflow.governance.operations import (
+    DeleteAtom,
+    EraseSession,
+    EraseUser,
+    OperationEvent,
+    PatchAtom,
+    Remember,
+)
+from mnemoflow.governance.reindex import reindex_user
+from mnemoflow.governance.status import OperationLog
+from mnemoflow.handlers import CommandsHandler, HandlerContext, RawRecord, ToolResultsHandler, TurnsHandler, WriterThread
+from mnemoflow.memory.l0 import read_l0
+from mnemoflow.memory.l1_heuristic import HeuristicExtractor, HeuristicJudge
+from mnemoflow.memory.l1_pipeline import L1Pipeline
+from mnemoflow.memory.records import RecordLog
+from mnemoflow.retry import RetryPolicy
+from mnemoflow.storage import LocalFileStore
+from mnemoflow.stores.sqlite import SqliteVectorStore
+from mnemoflow.stores.sqlite_scrub import scrub_sqlite_index
+from mnemoflow.testing import ManualClock
+
+EMB = HashingEmbedder(64)
+T0 = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
+ANA = [
+    "I am a glassblower living in Quixotevale and I keep a pet axolotl named Zorblatt",
+    "Please always answer me in Portuguese, my favourite tea is Xanthoria oolong",
+    "My daughter Pemberwick starts violin lessons next Tuesday",
+    "I work night shifts at the Flimmerdorf observatory",
+]
+BEN = ["I am a beekeeper and I love the Grundleford marathon", "Always call me Captain Benthos please"]
+ANA_MARKERS = [b"Zorblatt", b"Quixotevale", b"Xanthoria", b"Pemberwick", b"Flimmerdorf", b"ana-secret-output"]
+
+
+class Stack:
+    """The write path of one worker and one extractor, inline: handlers, pipeline, applier."""
+
+    def __init__(self, root: Path, tenant: str = "acme") -> None:
+        self.root, self.tenant = root, tenant
+        self.clock = ManualClock(T0)
+        self.files = LocalFileStore(root)
+        (root / "index").mkdir(parents=True, exist_ok=True)
+        self.index = str(root / "index" / "atoms.sqlite")
+        self.store = SqliteVectorStore.open(self.index, dim=EMB.dim, embedding_model=EMB.model_id)
+        self.pipeline = L1Pipeline(files=self.files, store=self.store, embedder=EMB, extractor=HeuristicExtractor(),
+                                   judge=HeuristicJudge(), clock=self.clock)  # fmt: skip
+        self.applier = OperationApplier.over(files=self.files, store=self.store, embedder=EMB, clock=self.clock,
+                                             pipeline=self.pipeline, scrub=lambda: scrub_sqlite_index(self.index))
+        ctx = HandlerContext(self.clock, RetryPolicy(attempts=2, base_delay=0.01), WriterThread())
+        self.turns = TurnsHandler(ctx, self.files)
+        self.tools = ToolResultsHandler(ctx, self.files)
+        self.commands = CommandsHandler(ctx, self.files, self.applier.apply)
+        self.offset = 0
+
+    def raw(self, model: Any, topic: str = TOPIC_COMMANDS) -> RawRecord:
+        self.offset += 1
+        return RawRecord(model.model_dump_json().encode(), b"k", topic, 0, self.offset)
+
+    def say(self, user: str, texts: list[str], session: str, at: datetime = T0) -> list[TurnEvent]:
+        events = [TurnEvent(tenant=self.tenant, message_id=f"{user}-{session}-{i}", user=user, session=session,
+                            role="user", content=t, ts=at + timedelta(minutes=i)) for i, t in enumerate(texts)]
+        asyncio.run(self.turns.handle([self.raw(e) for e in events]))
+        asyncio.run(self.pipeline.run(self.tenant, user))
+        return events
+
+    def tool(self, session: str, call: str, content: str) -> ToolResultEvent:
+        event = ToolResultEvent(tenant=self.tenant, tool_call_id=call, session=session, tool_name="bash",
+                                arguments="{}", content=content, ts=T0)  # fmt: skip
+        asyncio.run(self.tools.handle([self.raw(event)]))
+        return event
+
+    def apply(self, op: Any, oid: str) -> OperationEvent:
+        event = OperationEvent(tenant=self.tenant, operation_id=oid, op=op, submitted_at=self.clock.now())
+        outcome = asyncio.run(self.commands.handle([self.raw(event)]))
+        assert not outcome.parked, outcome.parked
+        return event
+
+    def status(self, oid: str) -> Any:
+        return OperationLog(self.files).get(self.tenant, oid)
+
+    def top(self, user: str, query: str, k: int = 10) -> list[str]:
+        return [h.id for h in self.store.search(self.tenant, user, query, EMB.embed([query])[0], k)]
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Stack:
+    s = Stack(tmp_path / "data")
+    s.say("ana", ANA, "s-ana")
+    s.say("ben", BEN, "s-ben")
+    s.tool("s-ana", "c1", "ana-secret-output: Zorblatt ate the crickets")
+    s.tool("s-ben", "c2", "ben output: hives are fine")
+    return s
+
+
+def live(s: Stack, user: str) -> list[Any]:
+    return RecordLog(s.files, s.tenant, user).read()
+
+
+def test_edit_makes_a_new_manual_version_with_provenance_and_history(stack: Stack) -> None:
+    old = next(r for r in live(stack, "ana") if "axolotl" in r.content)
+    stack.clock.advance(60)
+    stack.apply(PatchAtom(user="ana", atom_id=old.id, text="Ana keeps an axolotl called Zorblatt II", priority=90),
+                "op-edit")  # fmt: skip
+    status = stack.status("op-edit")
+    assert status.status == "applied" and status.result["supersedes"] == old.id
+    new = next(r for r in live(stack, "ana") if r.id == status.result["atom_id"])
+    assert (new.content, new.priority, new.origin, new.action) == ("Ana keeps an axolotl called Zorblatt II", 90,
+                                                                   "manual", "edit")  # fmt: skip
+    assert new.source_message_ids == old.source_message_ids and new.type == old.type
+    assert old.id not in {r.id for r in live(stack, "ana")}
+    assert stack.top("ana", "axolotl Zorblatt II")[0] == new.id
+    assert stack.store.get("acme", "ana", [old.id]) == []
+    versions = history(RecordLog(stack.files, "acme", "ana").read(live_only=False), old.id)
+    assert [(v.record.id, v.made_by, v.event) for v in versions] == [(old.id, "extraction", "store"),
+                                                                     (new.id, "manual", "edit")]  # fmt: skip
+
+
+def test_an_operation_is_applied_once_and_its_id_cannot_carry_another_body(stack: Stack) -> None:
+    atom = live(stack, "ana")[0]
+    event = stack.apply(PatchAtom(user="ana", atom_id=atom.id, priority=7), "op-1")
+    before = sorted(p.read_bytes() for p in (stack.root / "acme/users/ana/records").iterdir())
+    again = asyncio.run(stack.commands.handle([stack.raw(event)]))  # Kafka re-delivers it
+    assert not again.parked
+    assert sorted(p.read_bytes() for p in (stack.root / "acme/users/ana/records").iterdir()) == before
+    other = OperationEvent(tenant="acme", operation_id="op-1", op=DeleteAtom(user="ana", atom_id=atom.id),
+                           submitted_at=T0)  # fmt: skip
+    parked = asyncio.run(stack.commands.handle([stack.raw(other)])).parked
+    assert len(parked) == 1 and "another body" in parked[0].reason
+    assert stack.status("op-1").kind == "patch_atom"
+
+
+def test_delete_removes_from_index_and_listing_and_shows_in_history(stack: Stack) -> None:
+    atom = next(r for r in live(stack, "ana") if "violin" in r.content)
+    stack.apply(DeleteAtom(user="ana", atom_id=atom.id), "op-del")
+    assert stack.status("op-del").result["index_rows_removed"] == 1
+    assert atom.id not in stack.top("ana", "violin lessons Pemberwick")
+    assert atom.id not in {r.id for r in page(RecordLog(stack.files, "acme", "ana").read(False), AtomFilter(), 100,
+                                              None).atoms}  # fmt: skip
+    versions = history(RecordLog(stack.files, "acme", "ana").read(live_only=False), atom.id)
+    assert [v.event for v in versions] == ["store", "delete"]
+    stack.apply(PatchAtom(user="ana", atom_id=atom.id, priority=3), "op-late-edit")
+    failed = stack.status("op-late-edit")
+    assert failed.status == "failed" and "deleted" in failed.reason
+
+
+def test_unknown_atom_fails_with_the_reason(stack: Stack) -> None:
+    stack.apply(DeleteAtom(user="ana", atom_id="a_nope"), "op-x")
+    status = stack.status("op-x")
+    assert status.status == "failed" and "no atom a_nope" in status.reason
+
+
+def test_remember_goes_through_the_gate_and_a_repeat_is_skipped(stack: Stack) -> None:
+    stack.apply(Remember(user="ana", text="Ana is allergic to hazelnuts", type="persona", priority=80), "op-r1")
+    first = stack.status("op-r1").result
+    assert first["action"] == "store"
+    rec = next(r for r in live(stack, "ana") if r.id == first["atom_id"])
+    assert rec.origin == "manual" and rec.operation_id == "op-r1" and rec.source_message_ids == []
+    assert stack.top("ana", "hazelnuts allergy")[0] == rec.id
+    stack.apply(Remember(user="ana", text="Ana is allergic to hazelnuts", type="persona", priority=80), "op-r2")
+    assert stack.status("op-r2").result["action"] == "skip"
+    assert sum(1 for r in live(stack, "ana") if "hazelnuts" in r.content) == 1
+
+
+def test_listing_filters_and_pages(stack: Stack) -> None:
+    records = RecordLog(stack.files, "acme", "ana").read(False)
+    everything = page(records, AtomFilter(), 1000, None).atoms
+    first = page(records, AtomFilter(), 2, None)
+    rest = page(records, AtomFilter(), 1000, first.next_cursor)
+    assert [r.id for r in first.atoms + rest.atoms] == [r.id for r in everything] and rest.next_cursor is None
+    assert all("violin" in r.content.lower() for r in page(records, AtomFilter(text="VIOLIN"), 10, None).atoms)
+    kinds = {r.type for r in everything}
+    for kind in kinds:
+        assert {r.type for r in page(records, AtomFilter(type=kind), 100, None).atoms} == {kind}
+
+
+def _bytes_found(root: Path, markers: list[bytes]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for path in root.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            for m in markers:
+                if m in data:
+                    found.setdefault(m.decode(), []).append(str(path.relative_to(root)))
+    return found
+
+
+def test_erasing_a_user_leaves_no_byte_of_their_turns_and_old_events_do_not_bring_them_back(stack: Stack) -> None:
+    assert _bytes_found(stack.root, ANA_MARKERS)  # the check can see them while they are there
+    stack.clock.advance(3600)
+    stack.apply(EraseUser(user="ana"), "op-erase")
+    status = stack.status("op-erase")
+    assert status.status == "applied" and status.result["sessions_erased"] == 1
+    assert _bytes_found(stack.root, ANA_MARKERS) == {}
+    assert stack.store.count("acme", "ana") == 0
+    # Kafka re-delivers the old turns and tool results, or a client re-sends them: nothing comes back.
+    stack.say("ana", ANA, "s-ana")
+    stack.tool("s-ana", "c1", "ana-secret-output: Zorblatt ate the crickets")
+    assert _bytes_found(stack.root, ANA_MARKERS) == {}
+    assert read_l0(stack.files, "acme", "ana") == []
+    # Ben is untouched; and Ana may come back with something new, said after the erase.
+    assert len(read_l0(stack.files, "acme", "ben")) == len(BEN) and stack.store.count("acme", "ben") > 0
+    assert (stack.root / "acme/sessions/s-ben/refs/c2.md").read_bytes() == b"ben output: hives are fine"
+    stack.say("ana", ["I just moved to Lisbon"], "s-new", at=stack.clock.now() + timedelta(seconds=1))
+    assert [m.content for m in read_l0(stack.files, "acme", "ana")] == ["I just moved to Lisbon"]
+
+
+def test_erasing_a_session_removes_its_files_and_drops_its_old_results(stack: Stack) -> None:
+    stack.apply(EraseSession(session="s-ana"), "op-es")
+    assert not (stack.root / "acme/sessions/s-ana").exists()
+    stack.tool("s-ana", "c1", "ana-secret-output again")
+    assert not (stack.root / "acme/sessions/s-ana").exists()
+    assert (stack.root / "acme/sessions/s-ben/offload.jsonl").exists()
+
+
+QUESTIONS = ["what pet does she have", "which language should I answer in", "tea", "violin", "where does she work",
+             "daughter", "observatory night", "glass"]
+
+
+def test_export_then_import_under_another_tenant_and_user_gives_the_same_recall(stack: Stack, tmp_path: Path) -> None:
+    bundle = io.BytesIO()
+    manifest = export_user(stack.files, "acme", "ana", bundle, embedding_model=EMB.model_id, at=T0, sessions=True)
+    assert {f.path.split("/")[0] for f in manifest.files} == {"user", "sessions"}
+    other = Stack(tmp_path / "elsewhere", tenant="globex")
+    bundle.seek(0)
+    result = BundleImporter(other.files, other.store, EMB, other.clock).import_bundle(bundle, "globex", "ana2")
+    assert result["atoms_indexed"] == len(live(stack, "ana"))
+    for q in QUESTIONS:
+        assert other.top("ana2", q) == stack.top("ana", q), q
+    assert (tmp_path / "elsewhere/globex/sessions/s-ana/refs/c1.md").read_bytes().startswith(b"ana-secret-output")
+    bundle.seek(0)
+    with pytest.raises(Exception, match="already has memory"):
+        BundleImporter(other.files, other.store, EMB, other.clock).import_bundle(bundle, "globex", "ana2")
+
+
+def test_a_tampered_bundle_is_refused(stack: Stack, tmp_path: Path) -> None:
+    bundle = io.BytesIO()
+    export_user(stack.files, "acme", "ana", bundle, embedding_model=EMB.model_id, at=T0)
+    data = bundle.getvalue().replace(b"Zorblatt", b"Zorblatx", 1)
+    other = Stack(tmp_path / "x")
+    with pytest.raises(Exception, match="checksum"):
+        BundleImporter(other.files, other.store, EMB, other.clock).import_bundle(io.BytesIO(data), "acme", "ana")
+    assert not (tmp_path / "x/acme/users/ana").exists()
+
+
+def test_reindex_from_records_alone_gives_the_same_recall(stack: Stack) -> None:
+    before = {q: stack.top("ana", q) for q in QUESTIONS}
+    assert all(before.values())
+    stack.store.close()
+    for p in stack.root.joinpath("index").iterdir():
+        p.unlink()
+    stack.store = SqliteVectorStore.open(stack.index, dim=EMB.dim, embedding_model=EMB.model_id)
+    assert reindex_user(stack.files, stack.store, EMB, stack.clock, "acme", "ana") == len(live(stack, "ana"))
+    assert {q: stack.top("ana", q) for q in QUESTIONS} == before
