@@ -7,6 +7,8 @@ without a server.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
@@ -17,6 +19,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from mnemoflow.client.models import Accepted, AtomDrillDown, ConversationHitOut, DrilledEntry, WhoAmI
 from mnemoflow.events import ToolResultIn, TurnIn
+from mnemoflow.governance.operations import OperationStatus
 from mnemoflow.ids import check_id
 from mnemoflow.memory.l0 import L0Message
 from mnemoflow.memory.recall import RecallHit, RecallResult
@@ -38,6 +41,7 @@ class Call(Generic[T]):
     parse: Callable[[httpx.Response], T]
     json: Any = None
     params: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
     answers: frozenset[int] = frozenset()
     """Error statuses that are an answer to parse, not an error to raise or retry (``/health``'s 503)."""
 
@@ -128,15 +132,31 @@ def scene(user: str, name: str) -> Call[str]:
     return Call("GET", f"/v1/users/{_seg(user)}/scenes/{_seg(name)}", _text)
 
 
-def remember(user: str, text: str, type: str | None = None, priority: int | None = None) -> Call[dict[str, Any]]:
-    """Issue 10's direct write (``POST /v1/users/{user}/memories``): stored without extraction."""
+def _operation_key(*parts: object) -> dict[str, str]:
+    """An ``Idempotency-Key`` derived from what the operation does: a resend (ours or the caller's) is the same
+    operation, applied once."""
+    digest = hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
+    return {"Idempotency-Key": f"sdk-{digest}"}
+
+
+def remember(
+    user: str, text: str, type: str | None = None, priority: int | None = None, wait: float = 0
+) -> Call[OperationStatus]:
+    """Direct write (``POST /v1/users/{user}/memories``): stored without extraction, through dedup. ``wait``
+    seconds for it to be applied (the answer then says ``applied``), else it answers ``pending``."""
     body = {k: v for k, v in {"text": text, "type": type, "priority": priority}.items() if v is not None}
-    return Call("POST", f"/v1/users/{_seg(user)}/memories", lambda r: dict(r.json()), json=body)
+    return Call("POST", f"/v1/users/{_seg(user)}/memories", _model(OperationStatus), json=body,
+                params={"wait": wait}, headers=_operation_key("remember", user, body))  # fmt: skip
 
 
-def forget(user: str, atom_id: str) -> Call[dict[str, Any]]:
-    """Issue 10's delete (``DELETE /v1/users/{user}/atoms/{id}``): a tombstone, gone from the index and recall."""
-    return Call("DELETE", f"/v1/users/{_seg(user)}/atoms/{_seg(atom_id)}", lambda r: dict(r.json() or {}))
+def forget(user: str, atom_id: str, wait: float = 0) -> Call[OperationStatus]:
+    """Delete an atom (``DELETE /v1/users/{user}/atoms/{id}``): a tombstone, gone from the index and recall."""
+    return Call("DELETE", f"/v1/users/{_seg(user)}/atoms/{_seg(atom_id)}", _model(OperationStatus),
+                params={"wait": wait}, headers=_operation_key("forget", user, atom_id))  # fmt: skip
+
+
+def operation(operation_id: str, wait: float = 0) -> Call[OperationStatus]:
+    return Call("GET", f"/v1/operations/{_seg(operation_id)}", _model(OperationStatus), params={"wait": wait})
 
 
 def end_session(session: str, user: str) -> Call[None]:

@@ -22,6 +22,7 @@ from mnemoflow.client.calls import Call, Pages
 from mnemoflow.client.errors import ApiUnreachable, _retry_after, error_for
 from mnemoflow.client.models import AtomDrillDown, ConversationHitOut, DrilledEntry
 from mnemoflow.events import ToolResultIn, TurnIn
+from mnemoflow.governance.operations import OperationStatus
 from mnemoflow.memory.l0 import L0Message
 from mnemoflow.memory.recall import RecallHit, RecallResult
 from mnemoflow.offload.entries import OffloadEntry
@@ -89,7 +90,9 @@ class Client:
         failures = 0
         while True:
             try:
-                response = self._http.request(call.method, call.path, json=call.json, params=call.params or None)
+                response = self._http.request(
+                    call.method, call.path, json=call.json, params=call.params or None, headers=call.headers or None
+                )
             except httpx.TransportError as exc:
                 failures += 1
                 if (wait := _wait(self._retry, failures, None)) is None:
@@ -143,11 +146,16 @@ class Client:
     def scene(self, user: str, name: str) -> str:
         return self.send(calls.scene(user, name))
 
-    def remember(self, user: str, text: str, type: AtomKind | None = None, priority: int | None = None) -> dict:
-        return self.send(calls.remember(user, text, type, priority))
+    def remember(
+        self, user: str, text: str, type: AtomKind | None = None, priority: int | None = None, wait: float = 0
+    ) -> OperationStatus:
+        return self.send(calls.remember(user, text, type, priority, wait))
 
-    def forget(self, user: str, atom_id: str) -> dict:
-        return self.send(calls.forget(user, atom_id))
+    def forget(self, user: str, atom_id: str, wait: float = 0) -> OperationStatus:
+        return self.send(calls.forget(user, atom_id, wait))
+
+    def operation(self, operation_id: str, wait: float = 0) -> OperationStatus:
+        return self.send(calls.operation(operation_id, wait))
 
     def end_session(self, session: str, user: str) -> None:
         self.send(calls.end_session(session, user))
@@ -263,11 +271,16 @@ class AsyncClient:
     async def scene(self, user: str, name: str) -> str:
         return await self.send(calls.scene(user, name))
 
-    async def remember(self, user: str, text: str, type: AtomKind | None = None, priority: int | None = None) -> dict:
-        return await self.send(calls.remember(user, text, type, priority))
+    async def remember(
+        self, user: str, text: str, type: AtomKind | None = None, priority: int | None = None, wait: float = 0
+    ) -> OperationStatus:
+        return await self.send(calls.remember(user, text, type, priority, wait))
 
-    async def forget(self, user: str, atom_id: str) -> dict:
-        return await self.send(calls.forget(user, atom_id))
+    async def forget(self, user: str, atom_id: str, wait: float = 0) -> OperationStatus:
+        return await self.send(calls.forget(user, atom_id, wait))
+
+    async def operation(self, operation_id: str, wait: float = 0) -> OperationStatus:
+        return await self.send(calls.operation(operation_id, wait))
 
     async def end_session(self, session: str, user: str) -> None:
         await self.send(calls.end_session(session, user))

@@ -137,3 +137,16 @@ def test_async_client_reads_the_same_api(setup: tuple) -> None:  # noqa: F811
 
     prepend, ids, tenant = asyncio.run(run())
     assert "oat milk" in prepend and ids == ["m0", "m1", "m2"] and tenant == "acme"
+
+
+def test_remember_and_forget_are_operations_a_resend_repeats(setup: tuple) -> None:  # noqa: F811
+    mf, bus = sdk(setup), setup[1]
+    first = mf.remember("ana", "Ana prefers green tea", type="persona")
+    again = mf.remember("ana", "Ana prefers green tea", type="persona")
+    assert first.status == "pending" and again.id == first.id  # one operation: derived idempotency key
+    atom = mf.memory_search("ana", "French")[0].id
+    forget = mf.forget("ana", atom)
+    assert forget.kind != first.kind and mf.operation(forget.id).id == forget.id
+    assert {topic for topic, _ in bus.sent} == {"mnemoflow.commands"}
+    with pytest.raises(NotFound):
+        mf.forget("ana", "no-such-atom")
