@@ -13,12 +13,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from mnemoflow.cli import governance
 from mnemoflow.cli.stack import Stack, StackInfo
 from mnemoflow.config import Settings
 from mnemoflow.errors import ServiceUnavailable
 
 app = typer.Typer(help="mnemoflow: memory for fleets of LLM agents.", no_args_is_help=True)
 console = Console()
+app.command()(governance.export)
+app.command("import")(governance.import_)
+app.command()(governance.reindex)
 
 
 def _settings(data_dir: Path | None) -> Settings:
