@@ -139,6 +139,31 @@ class Settings(BaseSettings):
     )
     llm_num_gpus: float = Field(0.0, ge=0, description="GPUs per llm replica (1 for vLLM on a GPU node).")
 
+    proxy_upstream_url: str | None = Field(
+        None, description="OpenAI-compatible server the proxy (/v1/chat/completions) forwards to, root or /v1 root; "
+        "None: llm_url when llm_engine='openai'.",
+    )
+    proxy_upstream_api_key: SecretStr | None = Field(None, description="Bearer key the proxy sends upstream.")
+    proxy_windows: dict[str, int] = Field(
+        default_factory=dict, description="model -> context window (upstream tokens) the proxy compacts to."
+    )
+    proxy_default_window: int | None = Field(
+        None, ge=256, description="Window of models not in proxy_windows; None: no compaction for them."
+    )
+    proxy_tokens_per_o200k: float = Field(
+        1.0, gt=0, le=4, description="Upstream tokens per o200k token: >1 for a tokenizer that splits finer."
+    )
+    proxy_completion_reserve: int = Field(
+        512, ge=0, description="Tokens of the window kept for the answer when the request sets no max_tokens."
+    )
+    proxy_memory_timeout_seconds: float = Field(
+        3.0, gt=0, description="Budget of capture, recall and compaction before a request is forwarded."
+    )
+    proxy_fail_open: bool = Field(
+        True, description="Past the memory budget or on a memory error: forward untouched (True) or answer 503."
+    )
+    proxy_upstream_timeout_seconds: float = Field(600.0, gt=0)
+
     @field_validator("api_keys", mode="before")
     @classmethod
     def _one_key_is_a_list_of_one(cls, keys: object) -> object:
@@ -187,8 +212,19 @@ class Settings(BaseSettings):
                 value = {tenant: [k.get_secret_value() for k in keys] for tenant, keys in self.api_keys.items()}
             elif name == "llm_api_key" and self.llm_api_key is not None:
                 value = self.llm_api_key.get_secret_value()
+            elif name == "proxy_upstream_api_key" and self.proxy_upstream_api_key is not None:
+                value = self.proxy_upstream_api_key.get_secret_value()
             env[f"MNEMOFLOW_{name.upper()}"] = value if isinstance(value, str) else json.dumps(value)
         return env
+
+    @property
+    def proxy_upstream(self) -> str | None:
+        """The proxy's upstream ``/v1`` root: ``proxy_upstream_url``, else the openai engine's server."""
+        url = self.proxy_upstream_url or (self.llm_url if self.llm_engine == "openai" else None)
+        if url is None:
+            return None
+        root = url.rstrip("/")
+        return root if root.endswith("/v1") else root + "/v1"
 
     @property
     def shard_partitions(self) -> int:

@@ -31,6 +31,7 @@ from serving.publish import publish_tool_results, publish_turns
 from serving.routes_governance import governance_router
 from serving.routes_memory import memory_router
 from serving.routes_offload import offload_router
+from serving.routes_proxy import proxy_router
 from serving.security import BodyLimit, KeyRing, TenantGate
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,7 @@ def create_api(
     app.include_router(offload_router(deps, gate))
     app.include_router(memory_router(deps, gate))
     app.include_router(governance_router(deps, gate))
+    app.include_router(proxy_router(deps, gate))
 
     @app.get("/health/live")
     async def live() -> dict[str, str]:

@@ -1,0 +1,234 @@
+"""The proxy's memory side for one chat request, runtime-free: capture what is new, recall, compact, inject.
+
+:class:`MemoryProxy` is given a :class:`MemorySide` (the serving layer's Kafka bus, session shards and recaller;
+fakes in unit tests) and turns an OpenAI chat request into the array to forward plus response headers that say
+what happened. Forwarding itself (HTTP, streaming) is the serving layer's job.
+
+Order: capture and recall run together; compaction follows, to the window less the answer's reserve and the
+recall it will carry; recall is injected into the compacted array. Recall runs once per user turn: the tool steps
+that follow reuse it, so the prompt prefix stays byte-identical between them. The whole memory side has a time
+budget; past it, or on a memory error, the request goes upstream untouched (``proxy_fail_open``) and the
+``x-mnemoflow-memory`` header says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from mnemoflow.config import Settings
+from mnemoflow.errors import InvalidInput, ServiceUnavailable
+from mnemoflow.events import ToolResultIn, TurnIn
+from mnemoflow.ids import check_id
+from mnemoflow.lru import LRU
+from mnemoflow.memory.recall import RecallResult
+from mnemoflow.offload.messages import fingerprint, last_user
+from mnemoflow.offload.replies import CompactReply
+from mnemoflow.proxy.capture import Capture, CaptureLog, answer_turn, plan_capture, text_of
+from mnemoflow.proxy.inject import inject_recall, recall_tokens
+from mnemoflow.replay import safe_id
+
+log = logging.getLogger(__name__)
+
+Message = dict[str, Any]
+USER_HEADER, SESSION_HEADER, WINDOW_HEADER = "x-mnemoflow-user", "x-mnemoflow-session", "x-mnemoflow-window"
+
+
+class ChatRequest(BaseModel):
+    """The fields of an OpenAI chat completion request the proxy reads; every other field is forwarded as sent."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1)
+    messages: list[Message] = Field(min_length=1)
+    stream: bool = False
+    user: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+
+
+class Identity(BaseModel):
+    """Who is talking: the tenant comes from the API key; user and session from headers or the body."""
+
+    user: str
+    session: str
+    window: int | None
+
+
+def _as_id(raw: str) -> str:
+    try:
+        return check_id(raw)
+    except ValueError:
+        return safe_id(raw)
+
+
+def identify(body: ChatRequest, headers: Mapping[str, str], settings: Settings) -> Identity:
+    """User: ``X-Mnemoflow-User``, else the request's ``user`` field, else ``default``. Session:
+    ``X-Mnemoflow-Session``, else derived from the user and the conversation's first message, so one agent
+    conversation keeps one session without a header. Window: ``X-Mnemoflow-Window``, else per model in
+    settings. Values that are not ids are mapped to stable ids (readable prefix plus a hash)."""
+    user = _as_id(headers.get(USER_HEADER) or body.user or "default")
+    session = headers.get(SESSION_HEADER)
+    if not session:
+        first = next((m for m in body.messages if m.get("role") != "system"), body.messages[0])
+        digest = hashlib.sha256(f"{user}\0{text_of(first.get('content'))}".encode()).hexdigest()[:20]
+        session = f"chat-{digest}"
+    raw_window = headers.get(WINDOW_HEADER)
+    if raw_window is not None:
+        if not raw_window.isdigit() or int(raw_window) < 256:
+            raise InvalidInput(f"{WINDOW_HEADER} must be a whole number of tokens >= 256, got {raw_window[:20]!r}")
+        window: int | None = int(raw_window)
+    else:
+        window = settings.proxy_windows.get(body.model, settings.proxy_default_window)
+    return Identity(user=user, session=_as_id(session), window=window)
+
+
+class MemorySide(Protocol):
+    """What the proxy needs of the stack. ``publish`` returns once Kafka acknowledged every event."""
+
+    async def publish(self, tenant: str, turns: list[TurnIn], results: list[ToolResultIn]) -> None: ...
+
+    async def recall(self, tenant: str, user: str, query: str) -> RecallResult: ...
+
+    async def compact(self, tenant: str, session: str, messages: list[Message], window: int) -> CompactReply: ...
+
+
+@dataclass
+class Prepared:
+    """The array to forward and the headers to answer with (for the upstream's answer, see ``capture_answer``)."""
+
+    identity: Identity
+    messages: list[Message]
+    headers: dict[str, str] = field(default_factory=dict)
+    memory_ms: float = 0.0
+
+
+class MemoryProxy:
+    def __init__(
+        self,
+        memory: MemorySide,
+        captures: CaptureLog,
+        settings: Settings,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        recall_cache: int = 10_000,
+    ) -> None:
+        self._memory = memory
+        self._captures = captures
+        self._settings = settings
+        self._clock = clock
+        self._recalls: LRU[tuple[str, str], tuple[str, RecallResult]] = LRU(recall_cache)
+
+    def prompt_budget(self, body: ChatRequest, window: int) -> int:
+        """Tokens (o200k) the prompt may hold: the window less the answer's reserve, in our tokenizer's units."""
+        reserve = body.max_completion_tokens or body.max_tokens or self._settings.proxy_completion_reserve
+        return int((window - reserve) / self._settings.proxy_tokens_per_o200k)
+
+    async def prepare(self, tenant: str, body: ChatRequest, headers: Mapping[str, str]) -> Prepared:
+        """Raises InvalidInput for a bad proxy header; ServiceUnavailable when the memory side fails and the
+        proxy is set to fail closed. Anything else about the memory side is said in the headers."""
+        ident = identify(body, headers, self._settings)
+        out = Prepared(ident, body.messages, {USER_HEADER: ident.user, SESSION_HEADER: ident.session})
+        start = time.perf_counter()
+        budget = self._settings.proxy_memory_timeout_seconds
+        try:
+            await asyncio.wait_for(self._memory_phase(tenant, body, out), budget)
+            out.headers["x-mnemoflow-memory"] = "ok"
+        except InvalidInput as exc:  # the array breaks compaction's rules: the upstream judges it, not us
+            self._bypass(out, body, f"compaction refused the messages: {exc}")
+        except TimeoutError:
+            self._bypass(out, body, f"timeout after {budget * 1000:.0f} ms")
+        except Exception as exc:  # noqa: BLE001 - fail open is a choice about every failure of the memory side
+            log.warning("proxy memory side failed for %s/%s: %r", tenant, ident.session, exc)
+            self._bypass(out, body, f"{type(exc).__name__}: {exc}"[:200])
+        out.memory_ms = (time.perf_counter() - start) * 1000
+        out.headers["x-mnemoflow-memory-ms"] = f"{out.memory_ms:.1f}"
+        return out
+
+    def _bypass(self, out: Prepared, body: ChatRequest, why: str) -> None:
+        if not self._settings.proxy_fail_open:
+            raise ServiceUnavailable(f"memory side failed and the proxy fails closed: {why}")
+        out.messages = body.messages
+        kept = {k: v for k, v in out.headers.items() if k in (USER_HEADER, SESSION_HEADER, "x-mnemoflow-captured")}
+        out.headers = {**kept, "x-mnemoflow-memory": f"bypassed; {why}".replace("\n", " ")}
+
+    async def _memory_phase(self, tenant: str, body: ChatRequest, out: Prepared) -> None:
+        ident = out.identity
+        plan = plan_capture(body.messages, ident.user, ident.session,
+                            self._captures.captured(tenant, ident.session), self._clock())  # fmt: skip
+        recall, _ = await asyncio.gather(
+            self._recall(tenant, ident, body.messages), self._publish(tenant, ident.session, plan)
+        )
+        out.headers["x-mnemoflow-captured"] = (
+            f"turns={len(plan.turns)}; tool_results={len(plan.results)}; too_large={plan.skipped}"
+        )
+        messages = body.messages
+        extra = recall_tokens(recall) if recall else 0
+        if ident.window is None:
+            out.headers["x-mnemoflow-compaction"] = f"off; no window known for model {body.model[:80]}"
+        else:
+            budget = self.prompt_budget(body, ident.window) - extra
+            if budget <= 0:
+                raise InvalidInput(f"window {ident.window} leaves no room for the prompt after the answer's reserve")
+            reply = await self._memory.compact(tenant, ident.session, messages, budget)
+            messages = reply.messages
+            out.headers.update({
+                "x-mnemoflow-compaction": reply.level,
+                "x-mnemoflow-window": str(ident.window),
+                "x-mnemoflow-tokens": f"before={reply.tokens_before}; after={reply.tokens_after + extra}",
+                "x-mnemoflow-removed": str(len(reply.removed)),
+            })  # fmt: skip
+        if recall is not None:
+            messages = inject_recall(messages, recall)
+            out.headers["x-mnemoflow-recalled"] = str(len(recall.hits))
+            out.headers["x-mnemoflow-recall-ids"] = ",".join(h.id for h in recall.hits[:20])
+        out.messages = messages
+
+    async def _publish(self, tenant: str, session: str, plan: Capture) -> None:
+        if plan.turns or plan.results:
+            await self._memory.publish(tenant, plan.turns, plan.results)
+            await asyncio.to_thread(self._captures.record, tenant, session, plan.ids)
+
+    async def _recall(self, tenant: str, ident: Identity, messages: list[Message]) -> RecallResult | None:
+        """Recall for the latest user message, once per user turn (the tool steps after it reuse the result)."""
+        i = last_user(messages)
+        query = text_of(messages[i].get("content")).strip() if i is not None else ""
+        if not query:
+            return None
+        key, mark = (tenant, ident.session), fingerprint(messages[i])
+        cached = self._recalls.pop(key)
+        if cached is not None and cached[0] == mark:
+            self._recalls.put(key, cached)
+            return cached[1]
+        result = await self._memory.recall(tenant, ident.user, query)
+        self._recalls.put(key, (mark, result))
+        return result
+
+    async def capture_answer(self, tenant: str, prepared: Prepared, sent: list[Message], text: str) -> bool:
+        """Publish the upstream's answer as an assistant turn (the id it will have when the agent sends it back);
+        False when there was nothing to capture or publishing failed (logged: the answer is already delivered)."""
+        turn = answer_turn(sent, text, prepared.identity.user, prepared.identity.session, self._clock())
+        if turn is None:
+            return False
+        try:
+            await self._memory.publish(tenant, [turn], [])
+        except Exception as exc:  # noqa: BLE001 - the agent has its answer; the next request captures it again
+            log.warning("proxy could not capture the answer in %s/%s: %r", tenant, prepared.identity.session, exc)
+            return False
+        return True
+
+
+def parse_chat(raw: Any) -> ChatRequest:
+    """The request body as a :class:`ChatRequest`, or InvalidInput naming the first problem."""
+    try:
+        return ChatRequest.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise InvalidInput(f"chat request: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None

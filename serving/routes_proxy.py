@@ -1,0 +1,155 @@
+"""The OpenAI-compatible proxy: ``POST /v1/chat/completions`` and ``GET /v1/models`` beside the memory API.
+
+An agent changes its base URL to ``http://<mnemoflow>/v1`` and its API key to a mnemoflow key; each request is
+captured, recalled for and compacted (:class:`mnemoflow.proxy.pipeline.MemoryProxy`) in this replica, with the
+same Kafka producer, session shards and recaller as the other routes, then forwarded to the configured upstream.
+The upstream's answer comes back unchanged (status, body, streamed chunks as they arrive), with ``x-mnemoflow-*``
+headers saying what was captured, recalled and compacted. The answer's text is captured as an assistant turn
+after it is delivered, so capture adds nothing to the answer's latency.
+"""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import httpx
+from fastapi import APIRouter, Depends, HTTPException, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from mnemoflow.errors import InvalidInput, ServiceUnavailable
+from mnemoflow.events import ToolResultIn, TurnIn
+from mnemoflow.memory.recall import RecallResult
+from mnemoflow.offload.replies import CompactReply
+from mnemoflow.proxy.answer import StreamedAnswer, answer_text
+from mnemoflow.proxy.capture import CaptureLog
+from mnemoflow.proxy.pipeline import MemoryProxy, Prepared, parse_chat
+from mnemoflow.storage import LocalFileStore
+from serving.deps import ApiDeps
+from serving.publish import publish_tool_results, publish_turns
+
+HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "content-encoding", "keep-alive"})
+
+
+class StackMemory:
+    """The proxy's :class:`~mnemoflow.proxy.pipeline.MemorySide` over the API's own collaborators."""
+
+    def __init__(self, deps: ApiDeps) -> None:
+        self._deps = deps
+
+    async def publish(self, tenant: str, turns: list[TurnIn], results: list[ToolResultIn]) -> None:
+        now = datetime.now(UTC)
+        partitions = self._deps.settings.shard_partitions
+        await asyncio.gather(
+            publish_turns(self._deps.bus, tenant, turns, now) if turns else asyncio.sleep(0),
+            publish_tool_results(self._deps.bus, partitions, tenant, results, now) if results else asyncio.sleep(0),
+        )
+
+    async def recall(self, tenant: str, user: str, query: str) -> RecallResult:
+        return await (await self._deps.recaller()).recall(tenant, user, query)
+
+    async def compact(self, tenant: str, session: str, messages: list[dict[str, Any]], window: int) -> CompactReply:
+        if self._deps.compact is None:
+            raise ServiceUnavailable("session actors are not connected to this API")
+        return await self._deps.compact(tenant, session, messages, window)
+
+
+def _passed_headers(response: httpx.Response, ours: dict[str, str]) -> dict[str, str]:
+    kept = {k: v for k, v in response.headers.items() if k.lower() not in HOP_HEADERS}
+    return {**kept, **ours}
+
+
+def _openai_error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    kind = "invalid_request_error" if status < 500 else "api_error"
+    body = {"error": {"message": message, "type": kind, "param": None, "code": None}, "detail": message}
+    return JSONResponse(body, status, headers)
+
+
+def proxy_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
+    settings = deps.settings
+    router = APIRouter(tags=["OpenAI-compatible proxy"])
+    Tenant = Annotated[str, Depends(tenant_dep)]
+    captures = CaptureLog(LocalFileStore(settings.data_dir, fsync=False))  # a cache of ids: a loss costs a resend
+    proxy = MemoryProxy(StackMemory(deps), captures, settings)
+    upstream = settings.proxy_upstream
+    http = httpx.AsyncClient(timeout=httpx.Timeout(settings.proxy_upstream_timeout_seconds, connect=10))
+    key = settings.proxy_upstream_api_key
+    up_headers = {"Authorization": f"Bearer {key.get_secret_value()}"} if key else {}
+    background: set[asyncio.Task[Any]] = set()
+
+    def _upstream() -> str:
+        if upstream is None:
+            raise HTTPException(503, "the proxy has no upstream: set MNEMOFLOW_PROXY_UPSTREAM_URL")
+        return upstream
+
+    def _later(coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        background.add(task)
+        task.add_done_callback(background.discard)
+
+    @router.get("/v1/models")
+    async def models(tenant: Tenant) -> Response:
+        """The upstream's model list, unchanged."""
+        try:
+            response = await http.get(f"{_upstream()}/models", headers=up_headers)
+        except httpx.HTTPError as exc:
+            raise HTTPException(502, f"upstream {upstream} did not answer: {type(exc).__name__}") from exc
+        return Response(response.content, response.status_code, _passed_headers(response, {}))
+
+    @router.post("/v1/chat/completions")
+    async def chat(request: Request, tenant: Tenant) -> Response:
+        """An OpenAI chat completion through memory: capture, recall, compaction, then the upstream's answer.
+        Errors of the proxy itself come in OpenAI's shape (``error.message``) so that agents' clients show them."""
+        try:
+            return await _chat(request, tenant)
+        except HTTPException as exc:
+            return _openai_error(exc.status_code, str(exc.detail), exc.headers)
+        except InvalidInput as exc:
+            return _openai_error(400, str(exc))
+        except ServiceUnavailable as exc:
+            return _openai_error(503, str(exc))
+
+    async def _chat(request: Request, tenant: str) -> Response:
+        try:
+            raw = json.loads(await request.body())
+        except ValueError as exc:
+            raise InvalidInput(f"request body is not JSON: {exc}") from None
+        body = parse_chat(raw)
+        url = f"{_upstream()}/chat/completions"
+        prepared = await proxy.prepare(tenant, body, request.headers)
+        forward = {**raw, "messages": prepared.messages}
+        try:
+            if body.stream:
+                return await _stream(tenant, url, forward, prepared, body.messages)
+            response = await http.post(url, json=forward, headers=up_headers)
+        except httpx.TimeoutException as exc:
+            raise HTTPException(504, f"upstream {upstream} timed out", headers=prepared.headers) from exc
+        except httpx.HTTPError as exc:
+            raise HTTPException(502, f"upstream {upstream} failed: {type(exc).__name__}", prepared.headers) from exc
+        if response.status_code == 200:
+            _later(proxy.capture_answer(tenant, prepared, body.messages, answer_text(response.content)))
+        return Response(response.content, response.status_code, _passed_headers(response, prepared.headers))
+
+    async def _stream(
+        tenant: str, url: str, forward: dict[str, Any], prepared: Prepared, sent: list[dict[str, Any]]
+    ) -> Response:
+        response = await http.send(http.build_request("POST", url, json=forward, headers=up_headers), stream=True)
+        if response.status_code != 200:
+            content = await response.aread()
+            await response.aclose()
+            return Response(content, response.status_code, _passed_headers(response, prepared.headers))
+
+        async def relay() -> AsyncIterator[bytes]:
+            answer = StreamedAnswer()
+            try:
+                async for chunk in response.aiter_raw():
+                    answer.feed(chunk)
+                    yield chunk
+            finally:
+                await response.aclose()
+                _later(proxy.capture_answer(tenant, prepared, sent, answer.text))
+
+        return StreamingResponse(relay(), 200, _passed_headers(response, prepared.headers))
+
+    return router
