@@ -36,6 +36,17 @@ WORKER_GROUP = "mnemoflow"
 """The Faust app id, hence the Kafka consumer group of the workers (``/health`` reads its members and lag)."""
 
 
+class Retention(BaseModel):
+    """How many days a tenant's raw data is kept (None: forever). Atoms, scenes and the persona are not
+    expired: they are the memory; a user removes them with the atom API or an erase."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    l0_days: int | None = Field(None, ge=1, description="L0 day files older than this are deleted.")
+    offload_days: int | None = Field(None, ge=1, description="Offload entries (and their refs) older than this.")
+    refs_days: int | None = Field(None, ge=1, description="Raw tool outputs older than this (entries stay).")
+
+
 class RateLimit(BaseModel):
     """A token bucket: ``burst`` requests at once, refilled at ``per_second``."""
 
@@ -92,6 +103,11 @@ class Settings(BaseSettings):
         default_factory=dict, description="Per-tenant overrides, e.g. {'acme': {'per_second': 50, 'burst': 100}}."
     )
     max_body_bytes: int = Field(1 << 20, ge=1024)
+    retention: dict[str, Retention] = Field(
+        default_factory=dict, description="Per tenant, e.g. {'acme': {'l0_days': 365, 'refs_days': 30}}; "
+        "a tenant not listed keeps everything.",
+    )
+    retention_sweep_seconds: float = Field(3600.0, gt=0, description="How often a worker applies the retention.")
     health_timeout_seconds: float = Field(
         1.5, gt=0, le=30, description="Deadline of the /health checks (run at once; a late one counts as failing)."
     )
@@ -192,9 +208,9 @@ class Settings(BaseSettings):
                     )
         return keys
 
-    @field_validator("rate_limits")
+    @field_validator("rate_limits", "retention")
     @classmethod
-    def _limited_tenants_are_ids(cls, limits: dict[str, RateLimit]) -> dict[str, RateLimit]:
+    def _limited_tenants_are_ids(cls, limits: dict[str, BaseModel]) -> dict[str, BaseModel]:
         for tenant in limits:
             check_id(tenant)
         return limits

@@ -27,6 +27,7 @@ from mnemoflow.storage import LocalFileStore
 from serving.bus import EventBus
 from serving.deps import ApiDeps, Compactor, StateReader
 from serving.metrics import ApiMetrics
+from serving.metrics_governance import GovernanceCollector
 from serving.publish import publish_tool_results, publish_turns
 from serving.routes_governance import governance_router
 from serving.routes_memory import memory_router
@@ -65,6 +66,7 @@ def create_api(
     deps = ApiDeps(settings, bus, LocalFileStore(settings.data_dir), session_state, compact, recaller_factory)
     checks = dict(health_checks(deps)) if health_checks is not None else {}
     metrics = ApiMetrics()
+    metrics.registry.register(GovernanceCollector(deps.files))
     Tenant = Annotated[str, Depends(gate)]
 
     @app.middleware("http")

@@ -40,6 +40,7 @@ from mnemoflow.handlers import (
     TurnsHandler,
     WriterThread,
 )
+from mnemoflow.handlers.retention import RetentionSweeper
 from mnemoflow.memory.l1_schedule import L1Scheduler
 from mnemoflow.ports import SystemClock
 from mnemoflow.retry import RetryPolicy
@@ -131,6 +132,13 @@ def build_app(
     async def apply_operations(stream: faust.StreamT) -> None:
         async for events in stream.take_events(64, within=0.05):
             await produce(await on_commands.handle([raw_record(ev) for ev in events]))
+
+    if settings.retention:
+        sweeper = RetentionSweeper(ctx, files, settings.retention)
+
+        @app.timer(interval=settings.retention_sweep_seconds)
+        async def sweep_retention() -> None:
+            await sweeper.run()
 
     if schedule_l1:
 
