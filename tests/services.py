@@ -55,8 +55,9 @@ def apache_kafka_session(tmp_path_factory: _TmpPathFactory) -> Iterator[Embedded
 
 
 @contextlib.contextmanager
-def asgi_server(app: object) -> Iterator[str]:
-    """Serve an ASGI app with uvicorn on a free loopback port in a thread; yields its base URL."""
+def asgi_server(app: object, lifespan: str = "off") -> Iterator[str]:
+    """Serve an ASGI app with uvicorn on a free loopback port in a thread; yields its base URL. ``lifespan="on"``
+    for apps that start their work there (the MCP SDK's session manager)."""
     import threading
 
     import uvicorn
@@ -65,7 +66,7 @@ def asgi_server(app: object) -> Iterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning", timeout_graceful_shutdown=1))
+    server = uvicorn.Server(uvicorn.Config(app, lifespan=lifespan, log_level="warning", timeout_graceful_shutdown=1))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

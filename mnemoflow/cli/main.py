@@ -165,6 +165,30 @@ def reembed(data_dir: Annotated[Path | None, typer.Option(help="Where the layers
 
 
 @app.command()
+def mcp(
+    transport: Annotated[str, typer.Option(help="stdio (the host starts this process) or http (streamable HTTP).")] = (
+        "stdio"
+    ),
+    api: Annotated[str, typer.Option(help="API base URL.")] = "http://127.0.0.1:8000",
+    key: Annotated[
+        str | None, typer.Option(help="stdio: the tenant's API key (default: settings or <data_dir>/api-key).")
+    ] = None,
+    data_dir: Annotated[Path | None, typer.Option()] = None,
+    host: Annotated[str, typer.Option(help="http: where to listen.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="http: port; the endpoint is /mcp.")] = 8765,
+) -> None:
+    """Serve the agent tools over MCP. Over http every request authenticates with its own tenant's API key."""
+    from mnemoflow.mcp.server import build_server, run
+
+    if transport not in ("stdio", "http"):
+        raise typer.BadParameter(f"unknown transport {transport!r}", param_hint="--transport")
+    if transport == "stdio":
+        run(build_server(api, _api_key(_settings(data_dir), key)), "stdio")
+    else:
+        run(build_server(api, public_url=f"http://{host}:{port}"), "http", host=host, port=port)
+
+
+@app.command()
 def status(
     api: Annotated[str, typer.Option(help="API base URL.")] = "http://127.0.0.1:8000",
 ) -> None:
