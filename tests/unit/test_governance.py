@@ -31,7 +31,14 @@ from mnemoflow.governance.operations import (
 )
 from mnemoflow.governance.reindex import reindex_user
 from mnemoflow.governance.status import OperationLog
-from mnemoflow.handlers import CommandsHandler, HandlerContext, RawRecord, ToolResultsHandler, TurnsHandler, WriterThread
+from mnemoflow.handlers import (
+    CommandsHandler,
+    HandlerContext,
+    RawRecord,
+    ToolResultsHandler,
+    TurnsHandler,
+    WriterThread,
+)
 from mnemoflow.memory.l0 import read_l0
 from mnemoflow.memory.l1_heuristic import HeuristicExtractor, HeuristicJudge
 from mnemoflow.memory.l1_pipeline import L1Pipeline

@@ -1,0 +1,197 @@
+"""Memory governance on the real stack: Apache Kafka, the Faust worker, Ray actors, Ray Serve.
+
+Operations go through ``mnemoflow.commands`` to the worker that owns the user and are applied in the extractor
+deployment; the API answers with the operation id and, with ``wait``, once applied. Checked here: edit, remember,
+delete with history and recall; export of a LoCoMo user and import under another tenant and user id with the
+same top-10 for every question; the erase of a user whose turns and tool outputs then appear nowhere in the data
+directory or the index file, and whose re-sent old events add nothing, while another user is untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+
+from mnemoflow.cli.stack import Stack
+from mnemoflow.config import Settings
+from mnemoflow.memory.l0 import read_l0
+from mnemoflow.memory.l1_state import load_triggers
+from mnemoflow.replay import from_locomo
+from mnemoflow.storage import LocalFileStore
+from streams.broker_kafka import EmbeddedKafka
+
+pytestmark = pytest.mark.integration
+
+TENANT, KEY, OTHER_KEY = "acme", "key-acme", "key-other"
+EVAL = Path(__file__).resolve().parents[3] / "shared" / "eval"
+T0 = datetime(2026, 6, 1, 8, 0, tzinfo=UTC)
+SECRET = [
+    "My name is Ottoline Vardaman and I breed Quokkaflint hamsters in Zyxwick",
+    "My bank PIN hint is the word Marrowbleak, do not tell anyone",
+    "I am recovering from a Thrombulon infusion at the Dravenhold clinic",
+]
+MARKERS = [b"Ottoline", b"Vardaman", b"Quokkaflint", b"Zyxwick", b"Marrowbleak", b"Thrombulon", b"Dravenhold",
+           b"Grizzlethorpe"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def stack(apache_kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    if not (EVAL / "locomo" / "locomo-dev.json").exists():
+        pytest.skip(f"LoCoMo data not found under {EVAL}")
+    settings = Settings(
+        data_dir=tmp_path_factory.mktemp("governance"), kafka_bootstrap=apache_kafka.bootstrap, api_port=0,
+        api_keys={TENANT: KEY, "other": OTHER_KEY}, embedder="minilm", l1_tick_seconds=1, curator_tick_seconds=0.5,
+        l2_delay_after_l1_seconds=0.5, l2_min_interval_seconds=0, max_body_bytes=32 << 20,
+    )  # fmt: skip
+    st = Stack(settings)
+    st.start()
+    yield st
+    st.stop()
+
+
+def client(stack: Stack, key: str) -> httpx.Client:
+    assert stack.info is not None
+    return httpx.Client(base_url=stack.info.api_url, headers={"Authorization": f"Bearer {key}"}, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def api(stack: Stack) -> Iterator[httpx.Client]:
+    with client(stack, KEY) as c:
+        yield c
+
+
+def post_turns(api: httpx.Client, turns: list[dict]) -> None:
+    for start in range(0, len(turns), 200):
+        assert api.post("/v1/turns", json={"turns": turns[start : start + 200]}).status_code == 202
+
+
+def settle(stack: Stack, users: list[str], sessions: set[tuple[str, str]], timeout: float = 300) -> None:
+    """End the sessions, then wait until every user's turns are in L0 and no L1 pass is pending or running."""
+    with client(stack, KEY) as api:
+        for session, user in sorted(sessions):
+            assert api.post(f"/v1/sessions/{session}/end", json={"user": user}).status_code == 202
+    files = LocalFileStore(stack.settings.data_dir)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = [load_triggers(files, TENANT, u) for u in users]
+        if all(s.pending == 0 and not s.running for s in states) and all(read_l0(files, TENANT, u, limit=1)
+                                                                            for u in users):
+            return
+        time.sleep(0.5)
+    raise AssertionError("L1 did not settle")
+
+
+def applied(r: httpx.Response, api: httpx.Client | None = None) -> dict:
+    """The operation's status once applied; a 202 (still pending after ``wait``) is polled through ``api``."""
+    while r.status_code == 202 and api is not None:
+        r = api.get(f"/v1/operations/{r.json()['id']}", params={"wait": 60})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["status"] == "applied", body
+    return body
+
+
+def top10(api: httpx.Client, user: str, question: str) -> list[str]:
+    hits = api.post("/v1/memory/search", json={"user": user, "query": question, "limit": 10})
+    assert hits.status_code == 200, hits.text
+    return [h["id"] for h in hits.json()]
+
+
+def test_edit_remember_delete_through_the_commands_topic(stack: Stack, api: httpx.Client) -> None:
+    turns = [{"message_id": f"pat-m{i}", "user": "pat", "session": "pat-s", "role": "user", "content": text,
+              "ts": (T0 + timedelta(minutes=i)).isoformat()}
+             for i, text in enumerate(["I live in Ghent and I cycle to work", "I am vegetarian"])]  # fmt: skip
+    post_turns(api, turns)
+    settle(stack, ["pat"], {("pat-s", "pat")})
+    atoms = api.get("/v1/users/pat/atoms").json()["atoms"]
+    assert atoms
+    target = next(a for a in atoms if "Ghent" in a["content"])
+    edit = applied(api.patch(f"/v1/users/pat/atoms/{target['id']}", params={"wait": 30},
+                             json={"text": "Pat lives in Bruges and cycles to work"}))  # fmt: skip
+    new_id = edit["result"]["atom_id"]
+    assert top10(api, "pat", "Where does Pat live?")[0] == new_id
+    assert target["id"] not in top10(api, "pat", "Ghent cycling")
+    history = api.get(f"/v1/users/pat/atoms/{new_id}/history").json()
+    assert [(v["made_by"], v["event"]) for v in history] == [("extraction", target["action"]), ("manual", "edit")]
+
+    remembered = applied(api.post("/v1/users/pat/memories", params={"wait": 30},
+                                  json={"text": "Pat is allergic to penicillin", "priority": 95}))  # fmt: skip
+    assert remembered["result"]["action"] == "store"
+    recall = api.post("/v1/recall", json={"user": "pat", "query": "Any allergies to medicine?"}).json()
+    assert remembered["result"]["atom_id"] in [h["id"] for h in recall["hits"]]
+
+    applied(api.delete(f"/v1/users/pat/atoms/{new_id}", params={"wait": 30}))
+    assert new_id not in [a["id"] for a in api.get("/v1/users/pat/atoms").json()["atoms"]]
+    assert new_id not in top10(api, "pat", "Where does Pat live?")
+
+
+def test_a_locomo_user_exported_and_imported_elsewhere_recalls_the_same_top10(stack: Stack, api: httpx.Client) -> None:
+    sample = json.loads((EVAL / "locomo" / "locomo-dev.json").read_text())[0]
+    replay = from_locomo(sample)
+    turns = [t.model_dump(mode="json") for t in replay.items]
+    users = sorted({t["user"] for t in turns})
+    post_turns(api, turns)
+    settle(stack, users, {(t["session"], t["user"]) for t in turns})
+    user = users[0]
+    bundle = api.get(f"/v1/users/{user}/export")
+    assert bundle.status_code == 200
+    with client(stack, OTHER_KEY) as other:
+        r = other.post("/v1/users/imported/import", params={"wait": 60}, content=bundle.content)
+        assert applied(r, other)["result"]["atoms_indexed"] > 0
+        questions = [q["question"] for q in sample["qa"]]
+        same = sum(top10(api, user, q) == top10(other, "imported", q) for q in questions)
+        assert same == len(questions), f"{same}/{len(questions)} questions with an identical top-10"
+        applied(other.delete("/v1/users/imported", params={"wait": 60}), other)
+
+
+def _found(root: Path) -> dict[str, list[str]]:
+    hits: dict[str, list[str]] = {}
+    for path in root.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            for m in MARKERS:
+                if m in data:
+                    hits.setdefault(m.decode(), []).append(str(path.relative_to(root)))
+    return hits
+
+
+def test_an_erased_user_leaves_no_trace_and_old_events_do_not_bring_them_back(stack: Stack, api: httpx.Client) -> None:
+    turns = [{"message_id": f"otto-m{i}", "user": "otto", "session": "otto-s", "role": "user", "content": text,
+              "ts": (T0 + timedelta(minutes=i)).isoformat()} for i, text in enumerate(SECRET)]  # fmt: skip
+    results = [{"tool_call_id": "otto-c1", "session": "otto-s", "user": "otto", "tool_name": "search",
+                "arguments": {"q": "Grizzlethorpe"}, "content": "Grizzlethorpe records for Vardaman: 3 hamsters",
+                "ts": T0.isoformat()}]  # fmt: skip
+    post_turns(api, turns)
+    assert api.post("/v1/tool-results", json={"results": results}).status_code == 202
+    keep = [{"message_id": f"kim-m{i}", "user": "kim", "session": "kim-s", "role": "user", "content": text,
+             "ts": T0.isoformat()} for i, text in enumerate(["I am Kim and I sail a boat called Petrel"])]  # fmt: skip
+    post_turns(api, keep)
+    settle(stack, ["otto", "kim"], {("otto-s", "otto"), ("kim-s", "kim")})
+    root = stack.settings.data_dir
+    deadline = time.monotonic() + 60
+    while not (root / TENANT / "sessions/otto-s/refs/otto-c1.md").exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _found(root), "the markers must be visible before the erase for this check to mean anything"
+    kim_before = api.get("/v1/users/kim/atoms").json()["atoms"]
+
+    erased = applied(api.delete("/v1/users/otto", params={"wait": 60}), api)
+    assert erased["result"]["sessions_erased"] == 1 and erased["result"]["index_rows_removed"] > 0
+    time.sleep(2)  # let the curator notice nothing is left: it must not bring files back
+    assert _found(root) == {}
+    assert api.get("/v1/users/otto/atoms").status_code == 404
+
+    # The same events again, as Kafka would re-deliver them or a client re-send them.
+    post_turns(api, turns)
+    assert api.post("/v1/tool-results", json={"results": results}).status_code == 202
+    with client(stack, KEY) as again:
+        assert again.post("/v1/sessions/otto-s/end", json={"user": "otto"}).status_code == 202
+    time.sleep(8)
+    assert _found(root) == {}
+    assert read_l0(LocalFileStore(root), TENANT, "otto") == []
+    assert api.get("/v1/users/kim/atoms").json()["atoms"] == kim_before
