@@ -97,7 +97,7 @@ def build_app(
     on_turns = TurnsHandler(ctx, files, scheduler if schedule_l1 else None)
     on_tool_results = ToolResultsHandler(ctx, files, notify_shards)
     on_jobs = L1JobsHandler(ctx, scheduler, run_l1, l1_done)
-    on_commands = CommandsHandler(ctx, files, apply_operation)
+    on_commands = CommandsHandler(ctx, files, apply_operation, l1_done)
 
     async def produce(outcome: Outcome) -> None:
         """Send what the outcome lists and wait until Kafka acknowledged each message: the batch's offsets are

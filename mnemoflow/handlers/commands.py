@@ -10,7 +10,7 @@ A transient failure is retried by the policy, then recorded as failed with the r
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from mnemoflow.governance.applier import ApplyOperation, OperationReply
 from mnemoflow.governance.operations import OperationEvent, OperationStatus
@@ -24,11 +24,17 @@ from mnemoflow.retry import RetriesExhausted
 log = logging.getLogger(__name__)
 
 
+AtomsChanged = Callable[[str, str], Awaitable[None]]
+"""Told after an operation changed a user's atoms (the user's curator then takes them out of scenes and persona)."""
+_CHANGES_ATOMS = ("patch_atom", "delete_atom", "remember")
+
+
 class CommandsHandler:
     """``apply`` None: no extractor is wired to this worker; operations are parked and recorded as failed."""
 
-    def __init__(self, ctx: HandlerContext, files: FileStore, apply: ApplyOperation | None) -> None:
-        self._ctx, self._apply = ctx, apply
+    def __init__(self, ctx: HandlerContext, files: FileStore, apply: ApplyOperation | None,
+                 atoms_changed: AtomsChanged | None = None) -> None:  # fmt: skip
+        self._ctx, self._apply, self._atoms_changed = ctx, apply, atoms_changed
         self._log = OperationLog(files)
 
     async def handle(self, records: Sequence[RawRecord]) -> Outcome:
@@ -64,4 +70,9 @@ class CommandsHandler:
                                    "record the operation's outcome", self._ctx.sleep)  # fmt: skip
         if not reply.ok:
             log.warning("operation %s (%s) failed: %s", event.operation_id, event.op.kind, reply.error)
+        elif self._atoms_changed is not None and event.op.kind in _CHANGES_ATOMS:
+            try:
+                await self._atoms_changed(event.tenant, event.key.split("/", 1)[1])
+            except Exception as exc:  # the curator also wakes on its own timer: scenes follow late, not never
+                log.warning("curator not told about %s: %s", event.key, exc)
         return reply.error if park else None

@@ -31,6 +31,7 @@ from mnemoflow.memory.l2_schedule import L2Timer, L2Timing
 from mnemoflow.memory.persona import PersonaEngine, PersonaStore, generate_persona
 from mnemoflow.memory.persona_trigger import EVERY_N, PersonaState, after_scene_pass
 from mnemoflow.memory.records import RecordLog
+from mnemoflow.memory.scenes_forget import forget_in_scenes
 from mnemoflow.memory.scenes_model import SceneInput
 from mnemoflow.memory.scenes_pass import DEFAULT_POLICY, SceneEngine, ScenePassReport, run_scene_passes
 from mnemoflow.memory.scenes_paths import ScenePaths
@@ -187,7 +188,10 @@ class Curator:
     async def _run(self, tenant: str, user: str, state: CurationState) -> CurationOutcome:
         scenes = SceneStore(self.files, tenant, user)
         try:
-            records = RecordLog(self.files, tenant, user).read(live_only=True)
+            records = RecordLog(self.files, tenant, user).read(live_only=False)
+            if forget_in_scenes(scenes, records, self.clock.now()):  # the persona follows, even after a failure
+                state = state.model_copy(update={"persona": state.persona.model_copy(update={"rewrite_pending": True})})
+                self.save(tenant, user, state)
             atoms = [to_scene_input(r) for r in records if r.live and state.cursor.admits(r)]
             report = await run_scene_passes(scenes, self.scene_engine, atoms, now=self.clock.now,
                                             policy=self.policy, batch_size=self.batch_size)  # fmt: skip
@@ -219,15 +223,18 @@ class Curator:
     async def _after_l2(self, tenant: str, user: str, state: CurationState, report: ScenePassReport,
                         result: sched.L2Result, timer_before: L2Timer,
                         scenes: SceneStore) -> CurationOutcome:  # fmt: skip
-        """Navigation refresh and persona; a failure here is reported, the L2 step already stands."""
+        """Navigation refresh and persona; a failure here is reported, the L2 step already stands. When scenes
+        lost deleted memories the persona is written anew from them (it may still hold them)."""
         persona_store = PersonaStore(self.files, tenant, user)
         error, p_status, p_reason = None, "not_evaluated", ""
+        forgot = state.persona.rewrite_pending
         try:
-            if report.applied:
+            if report.applied or forgot:
                 persona_store.refresh_navigation(scenes.load())
-            if sched.l3_after_l2(timer_before, result):
-                new_persona, p_out = await generate_persona(persona_store, scenes, self.persona_engine, state.persona,
-                                                            now=self.clock.now(), every_n=self.every_n)  # fmt: skip
+            if forgot or sched.l3_after_l2(timer_before, result):
+                new_persona, p_out = await generate_persona(
+                    persona_store, scenes, self.persona_engine, state.persona, now=self.clock.now(),
+                    every_n=self.every_n, rewrite="memories were deleted" if forgot else None)  # fmt: skip
                 p_status, p_reason = p_out.status, p_out.reason
                 if new_persona != state.persona:
                     state = state.model_copy(update={"persona": new_persona})

@@ -151,12 +151,16 @@ class PersonaOutcome:
 
 
 async def generate_persona(persona: PersonaStore, scenes: SceneStore, engine: PersonaEngine, state: PersonaState,
-                           *, now: datetime, every_n: int = 50) -> tuple[PersonaState, PersonaOutcome]:  # fmt: skip
+                           *, now: datetime, every_n: int = 50,
+                           rewrite: str | None = None) -> tuple[PersonaState, PersonaOutcome]:  # fmt: skip
     """Evaluate the triggers and, if one fires and a scene changed, write a new persona. Returns the new state;
-    persist it only after this returns (an exception leaves the old state, so the next run retries)."""
+    persist it only after this returns (an exception leaves the old state, so the next run retries).
+
+    ``rewrite``: the reason to write it anew from the scenes alone, whatever the triggers say (the user deleted
+    memories, so the current text may still hold them)."""
     live = scenes.load()
-    current = persona.read_body()
-    reason = persona_trigger(state, scene_count=len(live), persona_exists=bool(current), every_n=every_n)
+    current = "" if rewrite else persona.read_body()
+    reason = rewrite or persona_trigger(state, scene_count=len(live), persona_exists=bool(current), every_n=every_n)
     if reason is None:
         return state, PersonaOutcome("skipped", "no trigger")
     changed = changed_scenes(live, state.last_persona_time if current else None)

@@ -30,6 +30,8 @@ class PersonaState(BaseModel):
     """``total_processed`` when the persona was last generated; 0 = never."""
     last_persona_time: AwareDatetime | None = None
     request_reason: str | None = None
+    rewrite_pending: bool = False
+    """Memories were deleted from the scenes: write the persona anew from them at the next chance."""
 
 
 def after_scene_pass(state: PersonaState, *, atoms: int, applied: bool, reason: str | None) -> PersonaState:
@@ -71,7 +73,7 @@ def changed_scenes(scenes: dict[str, SceneBlock], since: datetime | None) -> lis
 def after_generation(state: PersonaState, now: datetime) -> PersonaState:
     return state.model_copy(update={
         "last_persona_at": state.total_processed, "last_persona_time": now,
-        "memories_since_last_persona": 0, "request_reason": None,
+        "memories_since_last_persona": 0, "request_reason": None, "rewrite_pending": False,
     })  # fmt: skip
 
 

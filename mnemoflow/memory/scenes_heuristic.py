@@ -51,6 +51,14 @@ class _Group:
         return _unit(self.vecs)
 
 
+def summarise(items: list[Item], words: list[str]) -> str:
+    """The templated one-line summary of a scene's items, named by ``words`` (its keywords)."""
+    days = sorted(i.day for i in items)
+    latest = max(items, key=lambda i: (i.day, i.id)).content
+    return (f"{len(items)} memories about {', '.join(words) or 'various things'} "
+            f"({days[0]} to {days[-1]}); latest: {latest[:160]}")  # fmt: skip
+
+
 class HeuristicSceneEngine:
     """Implements the scene-engine protocol of :mod:`mnemoflow.memory.scenes_pass` without a model."""
 
@@ -157,10 +165,7 @@ class HeuristicSceneEngine:
             items = g.items + g.new
             body = render_items(items)
             words = keywords([i.content for i in items], user_texts)
-            days = sorted(i.day for i in items)
-            latest = max(items, key=lambda i: (i.day, i.id)).content
-            summary = (f"{len(items)} memories about {', '.join(words) or 'various things'} "
-                       f"({days[0]} to {days[-1]}); latest: {latest[:160]}")  # fmt: skip
+            summary = summarise(items, words)
             ids = [i.id for i in g.new]
             if g.sources:
                 keep = max(g.sources, key=lambda n: (scenes[n].heat, n))

@@ -280,3 +280,33 @@ def test_reindex_from_records_alone_gives_the_same_recall(stack: Stack) -> None:
     stack.store = SqliteVectorStore.open(stack.index, dim=EMB.dim, embedding_model=EMB.model_id)
     assert reindex_user(stack.files, stack.store, EMB, stack.clock, "acme", "ana") == len(live(stack, "ana"))
     assert {q: stack.top("ana", q) for q in QUESTIONS} == before
+
+
+def test_deleted_and_edited_atoms_leave_scenes_and_persona_at_the_next_pass(stack: Stack) -> None:
+    from mnemoflow.memory.curation import Curator
+    from mnemoflow.memory.l2_schedule import L2Timing
+    from mnemoflow.memory.persona import PersonaStore
+    from mnemoflow.memory.persona_heuristic import HeuristicPersonaEngine
+    from mnemoflow.memory.scenes_heuristic import HeuristicSceneEngine
+    from mnemoflow.memory.scenes_store import SceneStore
+
+    curator = Curator(stack.files, stack.clock, HeuristicSceneEngine(EMB), HeuristicPersonaEngine(), L2Timing())
+    asyncio.run(curator.run_now("acme", "ana"))
+    user_dir = stack.root / "acme/users/ana"
+
+    def visible() -> bytes:  # scenes and persona, not their backups and undo journal
+        return b"".join(p.read_bytes() for p in [*user_dir.glob("scenes/*.md"), user_dir / "persona.md"])
+
+    assert b"Pemberwick" in visible() and b"Flimmerdorf" in visible()
+    violin = next(r for r in live(stack, "ana") if "violin" in r.content)
+    night = next(r for r in live(stack, "ana") if "observatory" in r.content)
+    stack.apply(DeleteAtom(user="ana", atom_id=violin.id), "op-d")
+    stack.apply(PatchAtom(user="ana", atom_id=night.id, text="I work day shifts at the Lumenhall observatory"), "op-p")
+    stack.clock.advance(60)
+    out = asyncio.run(curator.run_now("acme", "ana"))
+    assert out.status != "failed", out
+    assert b"Pemberwick" not in visible() and b"Flimmerdorf" not in visible()
+    assert b"Lumenhall" in visible()
+    ids = {i for block in SceneStore(stack.files, "acme", "ana").load().values() for i in block.atom_ids}
+    assert violin.id not in ids and night.id not in ids
+    assert PersonaStore(stack.files, "acme", "ana").read()
