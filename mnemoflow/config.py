@@ -103,6 +103,7 @@ class Settings(BaseSettings):
         default_factory=dict, description="Per-tenant overrides, e.g. {'acme': {'per_second': 50, 'burst': 100}}."
     )
     max_body_bytes: int = Field(1 << 20, ge=1024)
+    max_import_bytes: int = Field(64 << 20, ge=1024, description="Body limit of a bundle import (POST .../import).")
     retention: dict[str, Retention] = Field(
         default_factory=dict, description="Per tenant, e.g. {'acme': {'l0_days': 365, 'refs_days': 30}}; "
         "a tenant not listed keeps everything.",

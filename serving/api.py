@@ -61,7 +61,8 @@ def create_api(
 ) -> FastAPI:
     """``health_checks`` None: ``/health`` has nothing to check and says ok. ``timer`` drives the rate limits."""
     app = FastAPI(title="mnemoflow", version="0.1.0", description="Memory service for fleets of LLM agents.")
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
+                       suffix_limits={"/import": settings.max_import_bytes})
     gate = TenantGate(KeyRing(settings.api_keys), RateLimiter(settings.rate_limit_for, timer))
     deps = ApiDeps(settings, bus, LocalFileStore(settings.data_dir), session_state, compact, recaller_factory)
     checks = dict(health_checks(deps)) if health_checks is not None else {}

@@ -9,6 +9,7 @@ another body it is refused (409).
 
 import asyncio
 import hashlib
+import io
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
@@ -21,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from mnemoflow.config import TOPIC_COMMANDS
 from mnemoflow.errors import ServiceUnavailable
-from mnemoflow.governance.bundle import export_user, staged_path
+from mnemoflow.governance.bundle import export_user, read_bundle, staged_path
 from mnemoflow.governance.listing import AtomFilter, AtomPage, AtomVersion, history, page
 from mnemoflow.governance.operations import (
     DeleteAtom,
@@ -200,10 +201,11 @@ def governance_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
     @router.post("/v1/users/{user}/import", status_code=202, response_model=OperationStatus)
     async def import_bundle(user: PathId, request: Request, tenant: Tenant,
                             idempotency_key: IdempotencyKey = None, wait: Wait = 0) -> JSONResponse:
-        """Load a bundle (the request body) as this user; the worker writes its files and indexes its atoms.
-        Bodies are limited like every other (``max_body_bytes``); ``mnemoflow import`` has no limit."""
+        """Load a bundle (the request body, at most ``max_import_bytes``) as this user; the worker writes its files
+        and indexes its atoms."""
         oid = idempotency_key or f"op-{uuid.uuid4().hex}"
         data = await request.body()
+        await asyncio.to_thread(read_bundle, io.BytesIO(data))  # a broken or tampered bundle: 400 now, not later
         digest = hashlib.sha256(data).hexdigest()
         name = f"{oid}.tar"
         op = ImportUser(user=user, bundle=name, sha256=digest)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import json
+from collections.abc import Mapping
 
 from fastapi import HTTPException, Request
 from pydantic import SecretStr
@@ -70,12 +71,18 @@ class BodyLimit:
     Content-Length cannot get past the limit either.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, suffix_limits: Mapping[str, int] | None = None) -> None:
+        """``suffix_limits``: other limits for paths ending so (a bundle import is larger than any event batch)."""
         self.app = app
         self.max_bytes = max_bytes
+        self.suffix_limits = dict(suffix_limits or {})
 
-    async def _reject(self, send: Send) -> None:
-        body = json.dumps({"detail": f"request body over {self.max_bytes} bytes"}).encode()
+    def _limit(self, scope: Scope) -> int:
+        path = scope.get("path", "")
+        return next((n for suffix, n in self.suffix_limits.items() if path.endswith(suffix)), self.max_bytes)
+
+    async def _reject(self, send: Send, limit: int) -> None:
+        body = json.dumps({"detail": f"request body over {limit} bytes"}).encode()
         await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": body})
 
@@ -83,9 +90,10 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self._limit(scope)
         length = dict(scope.get("headers", [])).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await self._reject(send)
+        if length is not None and length.isdigit() and int(length) > limit:
+            await self._reject(send, limit)
             return
         chunks: list[bytes] = []
         size = 0
@@ -95,8 +103,8 @@ class BodyLimit:
                 break  # the client went away; let the app see it
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
-            if size > self.max_bytes:
-                await self._reject(send)
+            if size > limit:
+                await self._reject(send, limit)
                 return
             if not message.get("more_body", False):
                 break

@@ -179,3 +179,14 @@ def test_another_tenants_key_never_reaches_these_atoms(api: Api, route: tuple[st
     assert r.status_code == 404, (route, r.status_code, r.text)
     assert api.published() == []
     assert atom in [a["id"] for a in api.atoms().json()["atoms"]]
+
+
+def test_an_import_may_be_larger_than_an_event_batch_but_is_bounded_too(tmp_path: Path) -> None:
+    settings_ = Settings(data_dir=tmp_path, api_keys={"acme": "key-acme"}, max_body_bytes=2048,
+                         max_import_bytes=8192)  # fmt: skip
+    client = TestClient(create_api(settings_, ListBus()))
+    big = b"x" * 4096
+    assert client.post("/v1/users/ana/memories", headers=ACME, content=big).status_code == 413
+    refused = client.post("/v1/users/ana/import", headers=ACME, content=big)  # within the limit, not a bundle
+    assert refused.status_code == 400 and "bundle" in refused.json()["detail"]
+    assert client.post("/v1/users/ana/import", headers=ACME, content=big * 3).status_code == 413
