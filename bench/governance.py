@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import io
 import json
+import os
 import platform
 import random
 import shutil
@@ -55,6 +56,7 @@ from mnemoflow.replay import from_locomo
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.stores.sqlite import SqliteVectorStore
 from mnemoflow.stores.sqlite_scrub import scrub_sqlite_index
+from mnemoflow.testing import files_holding
 
 EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval" / "locomo" / "locomo-dev.json"
 RESULTS = Path(__file__).resolve().parent / "results" / "governance.json"
@@ -149,14 +151,9 @@ def snapshot(site: Site, user: str) -> tuple[list[tuple[str, str, list[float]]],
 
 
 def residue(root: Path, markers: list[bytes], user_dir: Path) -> tuple[int, list[str]]:
-    """Bytes of files still holding a marker (and of anything left in the user's folder), and their paths."""
-    size, where = 0, []
-    for path in root.rglob("*"):
-        if path.is_file():
-            data = path.read_bytes()
-            if any(m in data for m in markers):
-                size += len(data)
-                where.append(str(path.relative_to(root)))
+    """Bytes of the files still holding a marker, plus anything left in the user's folder; and those files."""
+    where = sorted({p for paths in files_holding(root, markers).values() for p in paths})
+    size = sum((root / p).stat().st_size for p in where)
     if user_dir.exists():
         size += sum(p.stat().st_size for p in user_dir.rglob("*") if p.is_file())
     return size, where
@@ -251,8 +248,8 @@ def main() -> None:
         result = run(args.atoms, args.days, args.embedder, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    result["machine"] = {"cpus": __import__("os").cpu_count(), "python": platform.python_version(),
-                         "platform": platform.platform()}  # fmt: skip
+    result["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                         "load_average_1m_at_end": os.getloadavg()[0]}  # fmt: skip
     result["measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -29,6 +30,7 @@ __all__ = [
     "ManualClock",
     "ScriptedCall",
     "ScriptedLLM",
+    "files_holding",
 ]
 
 
@@ -128,3 +130,17 @@ class ListBus:
 
     async def close(self) -> None:
         pass
+
+
+def files_holding(root: Path, needles: Iterable[bytes]) -> dict[str, list[str]]:
+    """Which files under ``root`` (any depth, every byte, index and logs included) hold which needle: the check
+    that an erase left nothing of someone behind. ``{needle: [relative paths]}``, only needles found."""
+    wanted = list(needles)
+    found: dict[str, list[str]] = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            data = path.read_bytes()
+            for needle in wanted:
+                if needle in data:
+                    found.setdefault(needle.decode(errors="replace"), []).append(str(path.relative_to(root)))
+    return found

@@ -24,6 +24,7 @@ from mnemoflow.memory.l0 import read_l0
 from mnemoflow.memory.l1_state import load_triggers
 from mnemoflow.replay import from_locomo
 from mnemoflow.storage import LocalFileStore
+from mnemoflow.testing import files_holding
 from streams.broker_kafka import EmbeddedKafka
 
 pytestmark = pytest.mark.integration
@@ -150,17 +151,6 @@ def test_a_locomo_user_exported_and_imported_elsewhere_recalls_the_same_top10(st
         applied(other.delete("/v1/users/imported", params={"wait": 60}), other)
 
 
-def _found(root: Path) -> dict[str, list[str]]:
-    hits: dict[str, list[str]] = {}
-    for path in root.rglob("*"):
-        if path.is_file():
-            data = path.read_bytes()
-            for m in MARKERS:
-                if m in data:
-                    hits.setdefault(m.decode(), []).append(str(path.relative_to(root)))
-    return hits
-
-
 def test_an_erased_user_leaves_no_trace_and_old_events_do_not_bring_them_back(stack: Stack, api: httpx.Client) -> None:
     turns = [{"message_id": f"otto-m{i}", "user": "otto", "session": "otto-s", "role": "user", "content": text,
               "ts": (T0 + timedelta(minutes=i)).isoformat()} for i, text in enumerate(SECRET)]  # fmt: skip
@@ -177,13 +167,13 @@ def test_an_erased_user_leaves_no_trace_and_old_events_do_not_bring_them_back(st
     deadline = time.monotonic() + 60
     while not (root / TENANT / "sessions/otto-s/refs/otto-c1.md").exists() and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _found(root), "the markers must be visible before the erase for this check to mean anything"
+    assert files_holding(root, MARKERS), "the markers must be visible before the erase for this check to mean anything"
     kim_before = api.get("/v1/users/kim/atoms").json()["atoms"]
 
     erased = applied(api.delete("/v1/users/otto", params={"wait": 60}), api)
     assert erased["result"]["sessions_erased"] == 1 and erased["result"]["index_rows_removed"] > 0
     time.sleep(2)  # let the curator notice nothing is left: it must not bring files back
-    assert _found(root) == {}
+    assert files_holding(root, MARKERS) == {}
     assert api.get("/v1/users/otto/atoms").status_code == 404
 
     # The same events again, as Kafka would re-deliver them or a client re-send them.
@@ -192,6 +182,6 @@ def test_an_erased_user_leaves_no_trace_and_old_events_do_not_bring_them_back(st
     with client(stack, KEY) as again:
         assert again.post("/v1/sessions/otto-s/end", json={"user": "otto"}).status_code == 202
     time.sleep(8)
-    assert _found(root) == {}
+    assert files_holding(root, MARKERS) == {}
     assert read_l0(LocalFileStore(root), TENANT, "otto") == []
     assert api.get("/v1/users/kim/atoms").json()["atoms"] == kim_before

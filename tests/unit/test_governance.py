@@ -47,7 +47,7 @@ from mnemoflow.retry import RetryPolicy
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.stores.sqlite import SqliteVectorStore
 from mnemoflow.stores.sqlite_scrub import scrub_sqlite_index
-from mnemoflow.testing import ManualClock
+from mnemoflow.testing import ManualClock, files_holding
 
 EMB = HashingEmbedder(64)
 T0 = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
@@ -202,29 +202,18 @@ def test_listing_filters_and_pages(stack: Stack) -> None:
         assert {r.type for r in page(records, AtomFilter(type=kind), 100, None).atoms} == {kind}
 
 
-def _bytes_found(root: Path, markers: list[bytes]) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {}
-    for path in root.rglob("*"):
-        if path.is_file():
-            data = path.read_bytes()
-            for m in markers:
-                if m in data:
-                    found.setdefault(m.decode(), []).append(str(path.relative_to(root)))
-    return found
-
-
 def test_erasing_a_user_leaves_no_byte_of_their_turns_and_old_events_do_not_bring_them_back(stack: Stack) -> None:
-    assert _bytes_found(stack.root, ANA_MARKERS)  # the check can see them while they are there
+    assert files_holding(stack.root, ANA_MARKERS)  # the check can see them while they are there
     stack.clock.advance(3600)
     stack.apply(EraseUser(user="ana"), "op-erase")
     status = stack.status("op-erase")
     assert status.status == "applied" and status.result["sessions_erased"] == 1
-    assert _bytes_found(stack.root, ANA_MARKERS) == {}
+    assert files_holding(stack.root, ANA_MARKERS) == {}
     assert stack.store.count("acme", "ana") == 0
     # Kafka re-delivers the old turns and tool results, or a client re-sends them: nothing comes back.
     stack.say("ana", ANA, "s-ana")
     stack.tool("s-ana", "c1", "ana-secret-output: Zorblatt ate the crickets")
-    assert _bytes_found(stack.root, ANA_MARKERS) == {}
+    assert files_holding(stack.root, ANA_MARKERS) == {}
     assert read_l0(stack.files, "acme", "ana") == []
     # Ben is untouched; and Ana may come back with something new, said after the erase.
     assert len(read_l0(stack.files, "acme", "ben")) == len(BEN) and stack.store.count("acme", "ben") > 0
