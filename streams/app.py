@@ -45,6 +45,7 @@ from mnemoflow.memory.l1_schedule import L1Scheduler
 from mnemoflow.ports import SystemClock
 from mnemoflow.retry import RetryPolicy
 from mnemoflow.storage import LocalFileStore
+from streams.faust_transport import App, RawBytes
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def build_app(
     apply_operation: ApplyOperation | None = None,
 ) -> faust.App:
     """Faust app wired to the core. The callables reach the Ray actors and Serve deployments (None: not wired)."""
-    app = faust.App(
+    app = App(
         WORKER_GROUP,  # the app id is the consumer group (health, KEDA and the assignor topic name it)
         broker=faust_broker_url(bootstrap),
         store="memory://",
@@ -83,7 +84,7 @@ def build_app(
         stream_buffer_maxsize=max(4096, settings.worker_batch_size * 2),
         broker_max_poll_records=settings.worker_batch_size,
     )
-    raw = {"key_serializer": "raw", "value_serializer": "raw"}
+    raw = {"schema": RawBytes(key_serializer="raw", value_serializer="raw")}
     turns = app.topic(TOPIC_TURNS, partitions=settings.turns_partitions, **raw)
     tool_results = app.topic(TOPIC_TOOL_RESULTS, partitions=settings.shard_partitions, **raw)
     jobs = app.topic(TOPIC_JOBS, partitions=settings.turns_partitions, **raw)

@@ -34,8 +34,9 @@ class L0Message(BaseModel):
 
     @classmethod
     def from_event(cls, event: TurnEvent) -> L0Message:
-        return cls(id=event.message_id, session=event.session, role=event.role, content=event.content, ts=event.ts,
-                   name=event.name)
+        """Not validated again: every field comes from the validated event (a third of L0's CPU otherwise)."""
+        return cls.model_construct(id=event.message_id, session=event.session, role=event.role,
+                                   content=event.content, ts=event.ts, name=event.name)  # fmt: skip
 
 
 class L0Writer:
