@@ -148,7 +148,8 @@ def proxy_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
                     yield chunk
             finally:
                 await response.aclose()
-                _later(proxy.capture_answer(tenant, prepared, sent, answer.text))
+            # only a whole answer is captured: a client that left mid-stream never got the rest
+            _later(proxy.capture_answer(tenant, prepared, sent, answer.text))
 
         return StreamingResponse(relay(), 200, _passed_headers(response, prepared.headers))
 
