@@ -132,13 +132,16 @@ class Settings(BaseSettings):
     )
 
     milvus_uri: str | None = Field(None, description="Milvus URI; None uses the embedded vector index.")
-    embedder: Literal["minilm", "hashing", "openai"] = Field(
-        "minilm", description="minilm: all-MiniLM-L6-v2 int8 ONNX in-process; openai: an embeddings endpoint."
+    embedder: Literal["e5", "minilm", "hashing", "openai"] = Field(
+        "e5", description="e5: multilingual-e5-small 4-bit in-process (Chinese and English); minilm: "
+        "all-MiniLM-L6-v2 int8 ONNX (English only, ~8x cheaper); openai: an embeddings endpoint."
     )
     embedder_model_path: Path | None = Field(None, description="Explicit MiniLM .onnx file or folder.")
     embedder_url: str | None = Field(None, description="OpenAI-compatible base URL for embedder='openai'.")
     embedder_model: str = "all-MiniLM-L6-v2"
-    embedder_threads: int | None = Field(None, ge=1, description="onnxruntime threads; None lets it choose.")
+    embedder_threads: int | None = Field(
+        None, ge=1, description="onnxruntime (minilm) or OpenMP (e5, default 2) threads; None: the runtime's default."
+    )
     llm_engine: Literal["heuristic", "openai", "llama_cpp", "vllm"] = "heuristic"
     llm_url: str | None = Field(None, description="OpenAI-compatible base URL for llm_engine='openai'.")
     llm_model: str = Field("default", description="Model name (openai, vllm) sent to the engine.")

@@ -17,6 +17,15 @@ from mnemoflow.embedding.factory import build_embedder
 from serving.loopback import keep_replica_on_loopback
 
 
+def _split(vectors: list[list[float]], requests: list[list[str]]) -> list[list[list[float]]]:
+    """One flat batch's vectors back into the requests they came from."""
+    out, start = [], 0
+    for texts in requests:
+        out.append(vectors[start : start + len(texts)])
+        start += len(texts)
+    return out
+
+
 class EmbedderServer:
     def __init__(self, settings: Settings) -> None:
         keep_replica_on_loopback()
@@ -29,11 +38,13 @@ class EmbedderServer:
         self._batch_sizes.append(len(requests))
         flat = [text for texts in requests for text in texts]
         vectors = await asyncio.to_thread(self._embedder.embed, flat)
-        out, start = [], 0
-        for texts in requests:
-            out.append(vectors[start : start + len(texts)])
-            start += len(texts)
-        return out
+        return _split(vectors, requests)
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.002)
+    async def embed_query(self, requests: list[list[str]]) -> list[list[list[float]]]:
+        self._batch_sizes.append(len(requests))
+        vectors = await asyncio.to_thread(self._embedder.embed_query, [text for texts in requests for text in texts])
+        return _split(vectors, requests)
 
     def info(self) -> dict[str, Any]:
         return {"dim": self._embedder.dim, "model_id": self._embedder.model_id}
@@ -66,3 +77,6 @@ class ServeEmbedder:
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         return self._handle.embed.remote(texts).result() if texts else []
+
+    def embed_query(self, texts: list[str]) -> list[list[float]]:
+        return self._handle.embed_query.remote(texts).result() if texts else []

@@ -20,6 +20,10 @@ def build_embedder(settings: Settings) -> Embedder:
         from mnemoflow.embedding.openai import OpenAIEmbedder
 
         return OpenAIEmbedder(settings.embedder_url, settings.embedder_model, DIM)
-    from mnemoflow.embedding.onnx_minilm import MiniLMEmbedder
+    if settings.embedder == "minilm":
+        from mnemoflow.embedding.onnx_minilm import MiniLMEmbedder
 
-    return MiniLMEmbedder(settings.embedder_model_path, threads=settings.embedder_threads)
+        return MiniLMEmbedder(settings.embedder_model_path, threads=settings.embedder_threads)
+    from mnemoflow.embedding.e5 import E5Embedder
+
+    return E5Embedder(threads=settings.embedder_threads or 2)

@@ -38,6 +38,8 @@ class HashingEmbedder:
     def embed(self, texts: list[str]) -> list[list[float]]:
         return [self._one(text) for text in texts]
 
+    embed_query = embed  # symmetric
+
     def _one(self, text: str) -> list[float]:
         words = _WORD.findall(text.lower())
         features = [(w, 1.0) for w in words] + [(f"{a} {b}", _BIGRAM_WEIGHT) for a, b in pairwise(words)]

@@ -145,6 +145,8 @@ class MiniLMEmbedder:
             out[chunk] = self._run([encodings[i].ids for i in chunk])
         return out.tolist()
 
+    embed_query = embed  # symmetric: all-MiniLM-L6-v2 was trained on sentence pairs, no prefixes
+
     def _run(self, batch_ids: list[list[int]]) -> Any:
         import numpy as np
 

