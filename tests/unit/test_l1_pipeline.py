@@ -179,3 +179,12 @@ def test_atoms_name_their_speaker_when_the_turn_carries_a_name(files, store) -> 
     (record,) = RecordLog(files, "t", "u").read()
     assert record.content.startswith("Caroline: I went to an LGBTQ support group.")
     assert "(answering Mel: Where did you go" in record.content
+
+
+def test_atoms_carry_the_resolved_time_of_relative_expressions(files, store) -> None:
+    write_turns(files, ["Yesterday I finally finished restoring the old motorbike.", "Nice!",
+                        "下周六我们全家要去杭州看西湖。", "好的"])
+    asyncio.run(pipeline(files, store).run("t", "u"))
+    contents = sorted(r.content for r in RecordLog(files, "t", "u").read())
+    assert contents == ["Yesterday I finally finished restoring the old motorbike. (event: 2026-01-31)",
+                        "下周六我们全家要去杭州看西湖。 (event: 2026-02-07)"]

@@ -1,0 +1,110 @@
+"""When a remembered event happened: relative time expressions resolved against the time the message was said.
+
+Why: "I went to the support group yesterday" stored as said is wrong a day later; LoCoMo's temporal questions and
+LongMemEval's temporal-reasoning questions ask for the date. The heuristic engine appends what this module finds
+to the atom (``... yesterday (2023-05-07)``), so the date travels with the fact into recall and the scene text.
+
+Pure and deterministic: English and Chinese expressions, the first one in the text wins, resolved in the
+message's own (UTC) calendar. The result is a label at the precision of the expression: a day ``2023-05-07``, a
+week ``week of 2023-05-01`` (its Monday), a month ``2023-04``, a year ``2022``. Absolute dates in the text are left
+alone: they are already readable.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import date, datetime, timedelta
+
+_WEEKDAYS_EN = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_WEEKDAYS_ZH = {"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6}
+_NUM_ZH = {"一": 1, "两": 2, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10}
+_UNIT_DAYS = {"day": 1, "week": 7, "天": 1, "周": 7, "星期": 7, "个星期": 7, "个礼拜": 7, "礼拜": 7}
+
+
+def _day(d: date) -> str:
+    return d.isoformat()
+
+
+def _week(d: date) -> str:
+    return f"week of {(d - timedelta(days=d.weekday())).isoformat()}"
+
+
+def _month(d: date, delta: int) -> str:
+    index = d.year * 12 + d.month - 1 + delta
+    return f"{index // 12:04d}-{index % 12 + 1:02d}"
+
+
+def _weekday(d: date, target: int, week_offset: int) -> str:
+    """The ``target`` weekday of the week ``week_offset`` weeks from the week of ``d``."""
+    monday = d - timedelta(days=d.weekday()) + timedelta(weeks=week_offset)
+    return _day(monday + timedelta(days=target))
+
+
+def _sign(word: str) -> int:
+    """-1 for the past (上, last), +1 for the future (下, next), 0 for this one (这, 本, this)."""
+    return {"上": -1, "last": -1, "下": 1, "next": 1}.get(word.lower(), 0)
+
+
+def _count(token: str) -> int:
+    if token.isdigit():
+        return int(token)
+    if token in ("a", "an", "one"):
+        return 1
+    words = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "few": 3, "couple of": 2}
+    if token in words:
+        return words[token]
+    return _NUM_ZH.get(token, 1)
+
+
+Rule = tuple[re.Pattern[str], Callable[[re.Match[str], date], str]]
+_RULES: list[Rule] = [
+    # Chinese first: its expressions never contain Latin letters, so the order only matters within a language.
+    (re.compile(r"大前天"), lambda m, d: _day(d - timedelta(days=3))),
+    (re.compile(r"前天"), lambda m, d: _day(d - timedelta(days=2))),
+    (re.compile(r"昨[天晚]|昨日"), lambda m, d: _day(d - timedelta(days=1))),
+    (re.compile(r"今[天晚早]|今日"), lambda m, d: _day(d)),
+    (re.compile(r"大后天"), lambda m, d: _day(d + timedelta(days=3))),
+    (re.compile(r"后天"), lambda m, d: _day(d + timedelta(days=2))),
+    (re.compile(r"明[天晚早]|明日"), lambda m, d: _day(d + timedelta(days=1))),
+    (re.compile(r"(上|下|这|本)(?:个)?(?:周|星期|礼拜)([一二三四五六日天])"),
+     lambda m, d: _weekday(d, _WEEKDAYS_ZH[m.group(2)], _sign(m.group(1)))),
+    (re.compile(r"(上|下)(?:个)?周末"), lambda m, d: _weekday(d, 5, _sign(m.group(1)))),
+    (re.compile(r"(上|下)(?:个)?(?:周|星期|礼拜)"), lambda m, d: _week(d + timedelta(weeks=_sign(m.group(1))))),
+    (re.compile(r"(上|下)个月"), lambda m, d: _month(d, _sign(m.group(1)))),
+    (re.compile(r"前年"), lambda m, d: str(d.year - 2)),
+    (re.compile(r"去年"), lambda m, d: str(d.year - 1)),
+    (re.compile(r"明年"), lambda m, d: str(d.year + 1)),
+    (re.compile(r"(\d+|[一两二三四五六七八九十])(天|个星期|个礼拜|周|星期)(?:以)?前"),
+     lambda m, d: _day(d - timedelta(days=_count(m.group(1)) * _UNIT_DAYS[m.group(2)]))),
+    (re.compile(r"(\d+|[一两二三四五六七八九十])个月(?:以)?前"), lambda m, d: _month(d, -_count(m.group(1)))),
+    # English.
+    (re.compile(r"\bthe day before yesterday\b", re.I), lambda m, d: _day(d - timedelta(days=2))),
+    (re.compile(r"\b(yesterday|last night)\b", re.I), lambda m, d: _day(d - timedelta(days=1))),
+    (re.compile(r"\b(today|tonight|this (morning|afternoon|evening))\b", re.I), lambda m, d: _day(d)),
+    (re.compile(r"\btomorrow\b", re.I), lambda m, d: _day(d + timedelta(days=1))),
+    (re.compile(r"\b(last|next|this) (" + "|".join(_WEEKDAYS_EN) + r")\b", re.I),
+     lambda m, d: _weekday(d, _WEEKDAYS_EN.index(m.group(2).lower()), _sign(m.group(1)))),
+    (re.compile(r"\b(last|next) weekend\b", re.I), lambda m, d: _weekday(d, 5, _sign(m.group(1)))),
+    (re.compile(r"\b(last|next) week\b", re.I),
+     lambda m, d: _week(d + timedelta(weeks=_sign(m.group(1))))),
+    (re.compile(r"\b(last|next) month\b", re.I), lambda m, d: _month(d, _sign(m.group(1)))),
+    (re.compile(r"\b(last|next) year\b", re.I), lambda m, d: str(d.year + _sign(m.group(1)))),
+    (re.compile(r"\b(\d+|a|an|one|two|three|four|five|six|seven|few|couple of) (day|week)s? ago\b", re.I),
+     lambda m, d: _day(d - timedelta(days=_count(m.group(1).lower()) * _UNIT_DAYS[m.group(2).lower()]))),
+    (re.compile(r"\b(\d+|a|an|one|two|three|four|five|six|seven|few|couple of) months? ago\b", re.I),
+     lambda m, d: _month(d, -_count(m.group(1).lower()))),
+    (re.compile(r"\b(\d+|a|an|one|two|three|four|five|six|seven|few|couple of) years? ago\b", re.I),
+     lambda m, d: str(d.year - _count(m.group(1).lower()))),
+]
+
+
+def resolve(text: str, said_at: datetime) -> str | None:
+    """The time of the first relative expression in ``text``, as a label (see the module docstring), or None.
+
+    On a tie of position the rule listed first wins (the more specific one: 上周六 before 上周)."""
+    matches = [(m.start(), i, m) for i, (pattern, _) in enumerate(_RULES) if (m := pattern.search(text))]
+    if not matches:
+        return None
+    _, i, m = min(matches, key=lambda x: (x[0], x[1]))
+    return _RULES[i][1](m, said_at.date())
