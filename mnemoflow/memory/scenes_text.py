@@ -25,7 +25,12 @@ STOPWORDS = frozenset(
     "will would could should about into just also very really been being some more most much many than then "
     "she her him his hers our ours your yours you its it's not but all any can did does doing done get got "
     "going like know think want make made one two out how why too yes yeah well now new time lot things thing "
-    "user users said says told today recently currently after before while during over other others each".split()
+    "user users said says told today recently currently after before while during over other others each "
+    # Conversational filler: replayed LoCoMo users got scenes named thanks-hard-means and hear-wow-awesome.
+    "thanks thank hear wow awesome yea yeah yep nope hey glad sounds sound cool amazing great nice means mean "
+    "hard definitely totally absolutely sure okay lol haha true agree feel feels felt guess maybe kinda pretty "
+    "love loved lovely wonderful fantastic super happy excited sorry hope hopefully seems look looks looking "
+    "event answering".split()
 )
 STOPWORDS_ZH = frozenset(
     "我们 你们 他们 她们 它们 自己 这个 那个 这些 那些 什么 怎么 为什么 因为 所以 但是 可是 而且 然后 还是 或者 "
