@@ -10,7 +10,15 @@ import k8scheck
 import pytest
 import yaml
 
-from mnemoflow.config import TOPIC_DEAD_LETTERS, TOPIC_JOBS, TOPIC_TOOL_RESULTS, TOPIC_TURNS, WORKER_GROUP, Settings
+from mnemoflow.config import (
+    TOPIC_COMMANDS,
+    TOPIC_DEAD_LETTERS,
+    TOPIC_JOBS,
+    TOPIC_TOOL_RESULTS,
+    TOPIC_TURNS,
+    WORKER_GROUP,
+    Settings,
+)
 
 # A cold tools build (fixture k8s_bin) may take longer than the suite default of 900 s.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
@@ -54,6 +62,7 @@ def test_a_kafka_topic_for_every_topic_the_code_uses(rendered: dict[str, str], o
     assert {TOPIC_TURNS, TOPIC_TOOL_RESULTS, TOPIC_JOBS, TOPIC_DEAD_LETTERS} <= set(topics)
     assert topics[TOPIC_TURNS]["partitions"] == int(settings["MNEMOFLOW_TURNS_PARTITIONS"])
     assert topics[TOPIC_JOBS]["partitions"] == topics[TOPIC_TURNS]["partitions"]  # co-partitioned
+    assert topics[TOPIC_COMMANDS]["partitions"] == topics[TOPIC_TURNS]["partitions"]  # co-partitioned
     assert topics[TOPIC_TOOL_RESULTS]["partitions"] == int(settings["MNEMOFLOW_TOOL_RESULTS_PARTITIONS"])
     brokers = sum(p["spec"]["replicas"] for p in objs
                   if p["kind"] == "KafkaNodePool" and "broker" in p["spec"]["roles"])  # fmt: skip
