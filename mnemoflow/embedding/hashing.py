@@ -2,17 +2,18 @@
 
 Why: unit tests and the heuristic engine need vectors where shared words mean higher cosine, identical across
 processes and machines (so ``hash()``, which is salted per process, is not used), with no model to install.
-It knows nothing about synonyms; quality numbers for it are reported as such.
+It knows nothing about synonyms; quality numbers for it are reported as such. Its words are the lexical terms of
+:mod:`mnemoflow.lexical` (Chinese segmented; for other scripts the same lower-cased ``\w+`` words as v1, so v1 and
+v2 vectors differ only for Chinese and Japanese text).
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-import re
 from itertools import pairwise
 
-_WORD = re.compile(r"\w+", re.UNICODE)
+from mnemoflow.lexical import terms
 _BIGRAM_WEIGHT = 0.5
 """Bigrams add word order without drowning out the shared-word signal."""
 _EMPTY_FEATURE = "\x00empty"
@@ -33,7 +34,7 @@ class HashingEmbedder:
 
     @property
     def model_id(self) -> str:
-        return f"hashing-uni-bi-v1-{self._dim}"
+        return f"hashing-uni-bi-v2-{self._dim}"
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         return [self._one(text) for text in texts]
@@ -41,7 +42,7 @@ class HashingEmbedder:
     embed_query = embed  # symmetric
 
     def _one(self, text: str) -> list[float]:
-        words = _WORD.findall(text.lower())
+        words = terms(text)
         features = [(w, 1.0) for w in words] + [(f"{a} {b}", _BIGRAM_WEIGHT) for a, b in pairwise(words)]
         vec = [0.0] * self._dim
         for feature, weight in features or [(_EMPTY_FEATURE, 1.0)]:
