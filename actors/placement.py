@@ -33,6 +33,16 @@ def llm_factory(settings: Settings) -> Callable[[], Any] | None:
     return serve_llm
 
 
+def spread_over_nodes(index: int) -> Any:
+    """Shard ``index`` on the ``index``-th alive node (round robin), softly: losing a node moves only its shards,
+    and a shard whose node is gone restarts on another. Ray's "SPREAD" was seen to put all four shards of a
+    two-node cluster on one node (zero-CPU actors), which would make that node's loss stop every session."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+    return NodeAffinitySchedulingStrategy(nodes[index % len(nodes)], soft=True) if nodes else "DEFAULT"
+
+
 def build_shards(settings: Settings, lifetime: str | None = None) -> list[Any]:
     """Create (or find) the N named shard actors. They restart on failure and reload from files.
 
@@ -48,6 +58,7 @@ def build_shards(settings: Settings, lifetime: str | None = None) -> list[Any]:
             num_cpus=0,
             max_restarts=-1,
             max_task_retries=3,
+            scheduling_strategy=spread_over_nodes(i),
         ).remote(i, data_dir, settings.shard_idle_seconds, settings.shard_max_sessions, llm_factory(settings))
         for i in range(settings.session_shards)
     ]

@@ -45,9 +45,10 @@ class ApiIngress:
         return Recaller(store=store, embedder=embedder, files=LocalFileStore(self._settings.data_dir))
 
 
-def build_app(settings: Settings, bootstrap: str) -> Any:
-    """The bound Serve application (pass it to ``serve.run``)."""
-    ingress = serve.deployment(name="api", num_replicas=1, ray_actor_options={"num_cpus": 0})(
+def build_app(settings: Settings, bootstrap: str, replicas: int = 1) -> Any:
+    """The bound Serve application (pass it to ``serve.run``). Replicas are stateless: any of them serves any
+    request (writes go to Kafka, session state to the shard actors, reads to files and the atom index)."""
+    ingress = serve.deployment(name="api", num_replicas=replicas, ray_actor_options={"num_cpus": 0})(
         serve.ingress()(ApiIngress)
     )
     return ingress.bind(settings, bootstrap)

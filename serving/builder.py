@@ -59,6 +59,7 @@ class BuilderArgs(BaseModel):
         description="With a model engine, how long api_app waits for the llm app before the actors "
         "(they take a handle to it when they start).",
     )
+    api_replicas: int = Field(1, ge=1)
     extractor_replicas: int = Field(1, ge=1)
     embedder_replicas: int = Field(1, ge=1)
     max_batch_size: int = Field(16, ge=1, le=1024, description="@serve.batch size of the extractor.")
@@ -140,12 +141,14 @@ def llm_app(args: dict[str, Any] | None = None) -> Any:
     return _llm(parse_args(args)[1])
 
 
-def applications(settings: Settings, bootstrap: str) -> dict[str, tuple[Any, str | None]]:
+def applications(
+    settings: Settings, bootstrap: str, api_replicas: int = 1, extractor_replicas: int = 1
+) -> dict[str, tuple[Any, str | None]]:
     """The embedded shape's applications, in deploy order, as ``name -> (app, route_prefix)``: the builders of the
     cluster with the caller's Settings (which may hold a generated API key found in no environment variable) and
-    no actor creation (the caller owns its actors)."""
+    no actor creation (the caller owns its actors). The local cluster of the scale-out tests asks for replicas."""
     settings = settings.model_copy(update={"kafka_bootstrap": bootstrap})
-    parsed = BuilderArgs(actors=False, detached=False)
+    parsed = BuilderArgs(actors=False, detached=False, api_replicas=api_replicas, extractor_replicas=extractor_replicas)
     apps: dict[str, tuple[Any, str | None]] = {}
     if settings.llm_engine != "heuristic":
         apps[LLM_APP] = (_llm(settings), None)
@@ -163,7 +166,7 @@ def _api(parsed: BuilderArgs, settings: Settings) -> Any:
             wait_for_app(LLM_APP, parsed.wait_for_llm_seconds)
         ensure_shards(settings, detached=parsed.detached)
         ensure_curators(settings, detached=parsed.detached)
-    return build_app(settings, bootstrap)
+    return build_app(settings, bootstrap, replicas=parsed.api_replicas)
 
 
 def _extractor(parsed: BuilderArgs, settings: Settings) -> Any:

@@ -160,8 +160,19 @@ class MilvusVectorStore(StoreIdentity):
         expr = self._filter(tenant, user, check_types(types))
         if not terms(query_text):
             return []
-        found = self._search(analysed(query_text), "sparse", "BM25", expr, k)
+        try:
+            found = self._search(analysed(query_text), "sparse", "BM25", expr, k)
+        except StorageError as exc:
+            if not self._no_rows_for_bm25(exc):
+                raise
+            return []
         return [Hit(id=r.id, score=s, bm25_rank=i, row=r) for i, (s, r) in enumerate(found, start=1)]
+
+    def _no_rows_for_bm25(self, exc: StorageError) -> bool:
+        """Milvus keeps BM25's statistics over the whole collection; with no row at all the query's sparse row is
+        NaN and the search fails ("Invalid sparse row: NaN or Inf", seen on Milvus Lite 2.5.1 before the first
+        atom of a new deployment). An empty index simply has no hit."""
+        return "NaN or Inf" in str(exc) and int(self._query('pk != ""', ["count(*)"])[0]["count(*)"]) == 0
 
     def search(
         self,
@@ -182,9 +193,14 @@ class MilvusVectorStore(StoreIdentity):
         reqs = [pymilvus.AnnSearchRequest([vec], "dense", {"metric_type": "COSINE"}, limit=depth, expr=expr),
                 pymilvus.AnnSearchRequest([analysed(query_text)], "sparse", {"metric_type": "BM25"}, limit=depth,
                                           expr=expr)]
-        with translate():
-            res = self._client.hybrid_search(self._name, reqs, pymilvus.RRFRanker(RRF_K), limit=k,
-                                             output_fields=_FIELDS, timeout=self._timeout)
+        try:
+            with translate():
+                res = self._client.hybrid_search(self._name, reqs, pymilvus.RRFRanker(RRF_K), limit=k,
+                                                 output_fields=_FIELDS, timeout=self._timeout)
+        except StorageError as exc:
+            if not self._no_rows_for_bm25(exc):
+                raise
+            return []
         hits = [(float(h["distance"]), _row(h["entity"])) for h in res[0]]
         hits.sort(key=lambda sr: (-sr[0], sr[1].id))  # same tie-break as rrf_fuse
         return [Hit(id=r.id, score=s, row=r) for s, r in hits]

@@ -145,6 +145,13 @@ def test_hybrid_fuses_both_lists(store: VectorStore) -> None:
             assert h.score == pytest.approx(1 / (60 + h.dense_rank) + 1 / (60 + h.bm25_rank))
 
 
+def test_an_empty_index_finds_nothing_rather_than_failing(store: VectorStore) -> None:
+    """A new deployment recalls before its first atom (Milvus' BM25 once failed there with a NaN query row)."""
+    for hits in (store.search("t1", "u1", "where did I move", vec(1), 5), store.bm25_search("t1", "u1", "move", 5),
+                 store.dense_search("t1", "u1", vec(1), 5)):  # fmt: skip
+        assert hits == []
+
+
 def test_type_filter_applies_to_every_search(store: VectorStore) -> None:
     store.upsert([atom(i) for i in range(30)])
     q = atom(4)  # type episodic
