@@ -87,16 +87,18 @@ def governance_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         return JSONResponse(status.model_dump(mode="json"), status_code=202 if status.status == "pending" else 200)
 
     async def submit(tenant: str, op: Any, key: str | None, wait: float) -> JSONResponse:
-        """Record the operation as pending, publish it (again, if a retry finds it still pending), then wait."""
+        """Record the operation as pending, publish it (again, if a retry finds it still pending or never accepted
+        by Kafka), then wait."""
         oid = key or f"op-{uuid.uuid4().hex}"
         known = await asyncio.to_thread(ops.get, tenant, oid)
         if known is not None and known.fingerprint != fingerprint(op):
             raise HTTPException(409, f"operation id {oid} was already used with another body")
-        if known is None or known.status == "pending":
+        never_accepted = known is not None and known.status == "failed" and known.applied_at is None
+        if known is None or known.status == "pending" or never_accepted:
             now = known.submitted_at if known else datetime.now(UTC)
             pending = OperationStatus(id=oid, kind=op.kind, status="pending", fingerprint=fingerprint(op),
                                       submitted_at=now)  # fmt: skip
-            if known is None:
+            if known is None or never_accepted:
                 await asyncio.to_thread(ops.put, tenant, pending)
             event = OperationEvent(tenant=tenant, operation_id=oid, op=op, submitted_at=now)
             try:

@@ -190,3 +190,23 @@ def test_an_import_may_be_larger_than_an_event_batch_but_is_bounded_too(tmp_path
     refused = client.post("/v1/users/ana/import", headers=ACME, content=big)  # within the limit, not a bundle
     assert refused.status_code == 400 and "bundle" in refused.json()["detail"]
     assert client.post("/v1/users/ana/import", headers=ACME, content=big * 3).status_code == 413
+
+
+def test_an_operation_kafka_did_not_accept_fails_saying_so_and_a_retry_with_its_key_resubmits_it(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from mnemoflow.errors import ServiceUnavailable
+
+    async def down(topic: str, records: list[tuple[str, bytes, int | None]]) -> None:
+        raise ServiceUnavailable("Kafka did not acknowledge the events: broker down")
+
+    sent = api.bus.publish
+    monkeypatch.setattr(api.bus, "publish", down)
+    body, key = {"text": "Ana owns a red kayak"}, {**ACME, "Idempotency-Key": "kayak"}
+    assert api.client.post("/v1/users/ana/memories", headers=key, json=body).status_code == 503
+    failed = api.client.get("/v1/operations/kayak", headers=ACME).json()
+    assert failed["status"] == "failed" and "not accepted" in failed["reason"]
+    monkeypatch.setattr(api.bus, "publish", sent)
+    retry = api.client.post("/v1/users/ana/memories", headers=key, json=body)
+    assert retry.status_code == 202 and retry.json()["status"] == "pending"
+    api.work()
+    assert api.client.get("/v1/operations/kayak", headers=ACME).json()["status"] == "applied"
