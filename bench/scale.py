@@ -1,0 +1,330 @@
+"""Scaling benchmark on the local cluster (tests/cluster.py): what adding processes adds, on this host's cores.
+
+    python bench/scale.py [--quick]
+
+One cluster (Apache Kafka, Milvus Lite server, two Ray nodes, three Faust workers, two api and two extractor
+replicas) serves three measurements in the same run:
+
+* Kafka -> L0 with 1, 2 and 3 workers. With the workers stopped, a backlog of turns (LoCoMo's utterances, many
+  users) is produced straight to ``mnemoflow.turns``; then k workers start. The rate is taken in steady state: from
+  the moment the group is Stable with k members to the moment 95% of the backlog is on disk, lines counted on disk.
+  L1 is not scheduled here (``l1_enabled=False``), so capture is measured alone.
+* Extraction jobs/s with 1 and 2 extractor replicas: L1 for fresh users (40 turns each, already in L0), run
+  through the ``extractor`` deployment from this driver, 16 jobs in flight.
+* Recall requests/s through the HTTP API with 1 and 2 api replicas: 16 client threads for a fixed time over the
+  users that have atoms, LoCoMo questions as queries.
+
+Each phase also records the CPU seconds each kind of process used (workers, broker, api and extractor replicas,
+Milvus, Ray's own processes, this driver), so that efficiency can be read against the two cores of this machine.
+Prints a table and writes bench/results/scale.json (``kafka_to_l0_events_per_s`` for 1 worker also goes into
+bench/results/ingest.json, next to what bench/ingest.py measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_worker_niceness", "0")
+
+from mnemoflow.config import TOPIC_TURNS, WORKER_GROUP  # noqa: E402
+from mnemoflow.events import TurnEvent  # noqa: E402
+from tests.cluster import TENANT, ClusterShape, LocalCluster  # noqa: E402
+
+EVAL = ROOT.parent / "shared" / "eval"
+CLIENT_THREADS = 16
+
+
+def locomo() -> tuple[list[str], list[str]]:
+    """LoCoMo's utterances and questions (the eval set's own loader)."""
+    sys.path.insert(0, str(EVAL))
+    from loaders import load_locomo
+
+    texts, questions = [], []
+    for sample in load_locomo(str(EVAL / "locomo" / "locomo-dev.json")):
+        texts += [t["text"] for t in sample["turns"] if t.get("text")]
+        questions += [q["question"] for q in sample["qa"] if q.get("question")]
+    return texts, questions
+
+
+def turns(tag: str, n: int, users: int, texts: list[str], start: datetime) -> list[TurnEvent]:
+    return [
+        TurnEvent(
+            tenant=TENANT,
+            message_id=f"{tag}-{i}",
+            user=f"{tag}-u{i % users}",
+            session=f"{tag}-s{i % users}",
+            role="user" if i % 2 == 0 else "assistant",
+            content=texts[i % len(texts)],
+            ts=start + timedelta(seconds=i),
+        )  # fmt: skip
+        for i in range(n)
+    ]
+
+
+async def produce(bootstrap: str, events: list[TurnEvent]) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_batch_size=256 * 1024)
+    await producer.start()
+    try:
+        sent = [await producer.send(TOPIC_TURNS, e.model_dump_json().encode(), key=e.key.encode()) for e in events]
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
+
+
+async def group_state(bootstrap: str) -> tuple[str, int]:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    from aiokafka.errors import KafkaError
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_consumer_groups([WORKER_GROUP])
+        group = described[0].to_object()["groups"][0]
+        return str(group["state"]), len(group["members"])
+    except KafkaError as exc:  # no coordinator yet (a new cluster's offsets topic): not Stable
+        return type(exc).__name__, 0
+    finally:
+        await admin.close()
+
+
+def l0_lines(data: Path, tag: str) -> int:
+    return sum(p.read_bytes().count(b"\n") for p in (data / TENANT / "users").glob(f"{tag}-u*/conversations/*.jsonl"))
+
+
+def kind_of(proc: psutil.Process) -> str | None:
+    try:
+        cmd = proc.cmdline()
+    except psutil.Error:
+        return None
+    text, head = " ".join(cmd), (cmd[0] if cmd else "")
+    for needle, kind in (("streams.worker", "workers"), ("kafka.Kafka", "broker"), ("milvus", "milvus")):
+        if needle in text:
+            return kind
+    if head.startswith("ray::ServeReplica:mnemoflow:api"):
+        return "api"
+    if head.startswith("ray::ServeReplica:extractor"):
+        return "extractor"
+    if head.startswith("ray::") or "ray/core" in text or "gcs_server" in head or "raylet" in head:
+        return "ray"
+    return None
+
+
+def cpu_by_kind() -> dict[str, float]:
+    """CPU seconds so far of every process below this driver, by kind (the driver itself as ``driver``)."""
+    me = psutil.Process()
+    out: dict[str, float] = {"driver": sum(me.cpu_times()[:2])}
+    for proc in me.children(recursive=True):
+        kind = kind_of(proc)
+        if kind is None:
+            continue
+        try:
+            out[kind] = out.get(kind, 0.0) + sum(proc.cpu_times()[:2])
+        except psutil.Error:
+            continue
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    # A process that died between the samples is missing from ``after``: its kind reads 0 rather than negative.
+    return {k: round(max(0.0, after.get(k, 0.0) - before.get(k, 0.0)), 2) for k in sorted(set(before) | set(after))}
+
+
+def ingest_phase(c: LocalCluster, k: int, n: int, texts: list[str]) -> dict[str, Any]:
+    for index in list(c.workers):
+        c.stop_worker(index)
+    tag = f"k{k}"
+    asyncio.run(produce(c.settings.kafka_bootstrap, turns(tag, n, 240, texts, datetime(2024, 1, 1, tzinfo=UTC))))
+    for index in range(k):
+        c.start_worker(index)
+    deadline = time.monotonic() + 600
+    t1 = lines1 = cpu1 = None
+    while time.monotonic() < deadline:
+        state, members = asyncio.run(group_state(c.settings.kafka_bootstrap))
+        if state == "Stable" and members == k:
+            t1, lines1, cpu1 = time.perf_counter(), l0_lines(c.data_dir, tag), cpu_by_kind()
+            break
+        time.sleep(0.2)
+    assert t1 is not None and lines1 is not None and cpu1 is not None, f"group never Stable with {k} members"
+    while (lines := l0_lines(c.data_dir, tag)) < 0.95 * n:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{lines} of {n} lines with {k} workers")
+        time.sleep(0.05)
+    t2, cpu2 = time.perf_counter(), cpu_by_kind()
+    while l0_lines(c.data_dir, tag) < n and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return {"events_per_s": round((lines - lines1) / (t2 - t1)), "window_events": lines - lines1,
+            "window_s": round(t2 - t1, 2), "backlog_on_disk_at_stable": lines1,
+            "complete": l0_lines(c.data_dir, tag) == n, "cpu_s": cpu_delta(cpu1, cpu2)}  # fmt: skip
+
+
+def scale_app(c: LocalCluster, app: str, replicas: int) -> None:
+    """Redeploy one application with another replica count (Serve scales it in place) and wait for it."""
+    from ray import serve
+
+    from serving.builder import applications
+
+    a, e = (replicas, 1) if app == "mnemoflow" else (1, replicas)
+    built, prefix = applications(c.settings, c.settings.kafka_bootstrap, api_replicas=a, extractor_replicas=e)[app]
+    serve.run(built, name=app, route_prefix=prefix)
+    deadline = time.monotonic() + 120
+    while len(c.replica_pids("api" if app == "mnemoflow" else "extractor")) != replicas:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{app} did not reach {replicas} replicas")
+        time.sleep(0.5)
+
+
+def extraction_phase(c: LocalCluster, replicas: int, users: list[str]) -> dict[str, Any]:
+    from serving.extractor import ExtractorClient
+
+    scale_app(c, "extractor", replicas)
+    client = ExtractorClient()
+
+    async def run_all() -> list[Any]:
+        gate = asyncio.Semaphore(16)
+
+        async def one(user: str) -> Any:
+            async with gate:
+                return await client.run(TENANT, user)
+
+        return await asyncio.gather(*(one(u) for u in users))
+
+    before, t0 = cpu_by_kind(), time.perf_counter()
+    replies = asyncio.run(run_all())
+    seconds = time.perf_counter() - t0
+    atoms = sum(r.result.stored for r in replies if r.ok and r.result is not None)
+    return {"jobs_per_s": round(len(users) / seconds, 2), "jobs": len(users), "seconds": round(seconds, 1),
+            "atoms_stored": atoms, "failed": sum(not r.ok for r in replies),
+            "cpu_s": cpu_delta(before, cpu_by_kind())}  # fmt: skip
+
+
+def recall_phase(c: LocalCluster, replicas: int, users: list[str], questions: list[str], seconds: float) -> dict:
+    scale_app(c, "mnemoflow", replicas)
+    done, failed, latencies = [0], [0], []
+    lock = threading.Lock()
+    stop_at = time.monotonic() + seconds
+
+    def client(i: int) -> None:
+        with httpx.Client(base_url=c.api_url, headers=c.headers(), timeout=30) as http:
+            j = i
+            while time.monotonic() < stop_at:
+                t = time.perf_counter()
+                body = {"user": users[j % len(users)], "query": questions[j % len(questions)]}
+                ok = http.post("/v1/recall", json=body).status_code == 200
+                with lock:
+                    if ok:
+                        done[0] += 1
+                        latencies.append(time.perf_counter() - t)
+                    else:
+                        failed[0] += 1
+                j += CLIENT_THREADS
+
+    before, t0 = cpu_by_kind(), time.perf_counter()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENT_THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    latencies.sort()
+    p = (lambda q: round(1000 * latencies[int(q * (len(latencies) - 1))], 1)) if latencies else (lambda q: None)
+    return {"rps": round(done[0] / elapsed, 1), "ok": done[0], "failed": failed[0], "p50_ms": p(0.5),
+            "p99_ms": p(0.99), "cpu_s": cpu_delta(before, cpu_by_kind())}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller backlog and fewer jobs (< 5 minutes)")
+    args = parser.parse_args()
+    backlog = 40_000 if args.quick else 150_000
+    jobs = 24 if args.quick else 64
+    recall_s = 15.0 if args.quick else 60.0
+    texts, questions = locomo()
+    started = time.perf_counter()
+    shape = ClusterShape(workers=3, api_replicas=2, extractor_replicas=2, settings={"l1_enabled": False})
+    with tempfile.TemporaryDirectory(prefix="mnemoflow-scale-") as tmp, LocalCluster(Path(tmp), shape) as c:
+        up_s = round(time.perf_counter() - started, 1)
+        ingest = {str(k): ingest_phase(c, k, backlog, texts) for k in (1, 2, 3)}
+        # Users for extraction: 40 turns each (20 user turns), in L0 before the extractor runs.
+        extraction_users: dict[str, list[str]] = {}
+        for r in (1, 2):
+            tag = f"x{r}"
+            asyncio.run(produce(c.settings.kafka_bootstrap, turns(tag, 40 * jobs, jobs, texts[r * 997 :],
+                                                                  datetime(2024, 2, 1, tzinfo=UTC))))  # fmt: skip
+            extraction_users[str(r)] = [f"{tag}-u{i}" for i in range(jobs)]
+        while any(l0_lines(c.data_dir, f"x{r}") < 40 * jobs for r in (1, 2)):
+            time.sleep(0.2)
+        extraction = {r: extraction_phase(c, int(r), users) for r, users in extraction_users.items()}
+        recall_users = extraction_users["1"] + extraction_users["2"]
+        recall = {str(r): recall_phase(c, r, recall_users, questions, recall_s) for r in (1, 2)}
+    results = {
+        "kafka_to_l0_events_per_s": {k: v["events_per_s"] for k, v in ingest.items()},
+        "recall_rps": {k: v["rps"] for k, v in recall.items()},
+        "extraction_jobs_per_s": {k: v["jobs_per_s"] for k, v in extraction.items()},
+        "cpu_s": {
+            "ingest": {k: v["cpu_s"] for k, v in ingest.items()},
+            "extraction": {k: v["cpu_s"] for k, v in extraction.items()},
+            "recall": {k: v["cpu_s"] for k, v in recall.items()},
+        },  # fmt: skip
+        "ingest": ingest,
+        "extraction": extraction,
+        "recall": recall,
+        "cluster_start_s": up_s,
+        "quick": args.quick,
+        "cpus": os.cpu_count(),
+        "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    out = ROOT / "bench" / "results" / "scale.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    ingest_json = ROOT / "bench" / "results" / "ingest.json"
+    previous = json.loads(ingest_json.read_text()) if ingest_json.exists() else {}
+    previous["kafka_to_l0_events_per_s_one_worker_cluster"] = ingest["1"]["events_per_s"]
+    ingest_json.write_text(json.dumps(previous, indent=2) + "\n")
+    print_table(results)
+    print(f"wrote {out}")
+
+
+def print_table(r: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"scale-out on one host ({r['cpus']} cores, load {r['load_avg_1m_at_end']} at the end)")
+    for col in ("stage", "1", "2", "3", "CPU s of the stage's own processes (1 / 2 / 3)"):
+        table.add_column(col)
+
+    def own(phase: str, kind: str) -> str:
+        return " / ".join(str(v.get(kind, 0.0)) for v in r["cpu_s"][phase].values())
+
+    k = r["kafka_to_l0_events_per_s"]
+    table.add_row("Kafka → L0 (events/s, workers)", str(k["1"]), str(k["2"]), str(k["3"]), own("ingest", "workers"))
+    e = r["extraction_jobs_per_s"]
+    table.add_row("extraction (jobs/s, replicas)", str(e["1"]), str(e["2"]), "", own("extraction", "extractor"))
+    q = r["recall_rps"]
+    table.add_row("recall via API (req/s, replicas)", str(q["1"]), str(q["2"]), "", own("recall", "api"))
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()
