@@ -1,0 +1,227 @@
+"""LongMemEval-S evidence recall of L1 (heuristic engine) against raw-turn baselines, per question type.
+
+Each item of ``../shared/eval/longmemeval/longmemeval-s-dev.json`` is one question with its own history of about
+50 timestamped sessions, so each is its own user. Its sessions are replayed in order into L0 (message ids
+``<session id>-<turn index>``, times from ``haystack_dates``, 30 s apart), L1 runs when the trigger state machine
+says so (session end at every session end), exactly as ``bench/locomo_recall.py`` does for LoCoMo.
+
+Measured, for the hybrid over atoms and, in the same run, BM25 / dense / hybrid over raw turns (every turn of the
+history one row, user and assistant alike):
+
+* ``turn_recall_at_10``: a hit when one of the top 10 cites a turn marked ``has_answer``; also
+  ``turn_recall_at_10_budgeted``: each ranked list cut to the o200k tokens of 10 average raw turns of that history
+  (an atom that cites many turns or runs long cannot buy its hit with length);
+* ``session_recall_at_5``: a hit when one of the top 5 comes from an ``answer_session_ids`` session.
+
+Each figure is averaged over the questions that have evidence turns and is reported per ``question_type``. The
+heuristic engine extracts only what the user said, so ``single-session-assistant`` questions (the evidence is what
+the assistant said) are out of its reach by design; they are reported, not hidden.
+
+    python bench/longmemeval_recall.py --quick     # 6 questions, one per type
+    python bench/longmemeval_recall.py             # all 60
+
+Writes ``bench/results/longmemeval_recall.json`` (``longmemeval_recall-quick.json`` with ``--quick``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.locomo_recall import TurnClock, within  # noqa: E402
+from mnemoflow.config import Settings  # noqa: E402
+from mnemoflow.embedding.factory import build_embedder  # noqa: E402
+from mnemoflow.events import TurnEvent  # noqa: E402
+from mnemoflow.memory.l0 import L0Writer  # noqa: E402
+from mnemoflow.memory.l1_heuristic import HeuristicExtractor, HeuristicJudge  # noqa: E402
+from mnemoflow.memory.l1_pipeline import L1Pipeline  # noqa: E402
+from mnemoflow.memory.recall import Recaller  # noqa: E402
+from mnemoflow.memory.recall_config import RECIPES  # noqa: E402
+from mnemoflow.memory.triggers import L1Triggers, TriggerState  # noqa: E402
+from mnemoflow.ports import Embedder  # noqa: E402
+from mnemoflow.ports.vectors import AtomRow  # noqa: E402
+from mnemoflow.storage import LocalFileStore  # noqa: E402
+from mnemoflow.stores.sqlite import SqliteVectorStore  # noqa: E402
+from mnemoflow.tokens import count_tokens  # noqa: E402
+
+TENANT = "lme"
+SYSTEMS = ["hybrid", "bm25_raw", "dense_raw", "hybrid_raw"]
+DEPTH = 30
+
+
+def safe(value: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.:@-]", "_", value)[:100]
+
+
+def when(date: str) -> datetime:
+    """'2023/05/30 (Tue) 23:40' -> an aware UTC datetime."""
+    return datetime.strptime(re.sub(r"\s*\(\w+\)\s*", " ", date), "%Y/%m/%d %H:%M").replace(tzinfo=UTC)
+
+
+def turns_of(item: dict[str, Any]) -> list[dict[str, Any]]:
+    """The history as flat turns: id, session, role, text, time, evidence flag."""
+    out = []
+    for sid, date, session in zip(item["haystack_session_ids"], item["haystack_dates"], item["haystack_sessions"],
+                                  strict=True):
+        for i, turn in enumerate(session):
+            out.append({"id": f"{safe(sid)}-{i}", "session": sid, "role": turn["role"], "text": turn["content"],
+                        "ts": when(date) + timedelta(seconds=30 * i), "evidence": bool(turn.get("has_answer"))})
+    return out
+
+
+async def ingest(user: str, turns: list[dict[str, Any]], files: LocalFileStore, pipeline: L1Pipeline,
+                 clock: TurnClock) -> int:
+    """Replay one history into L0, running L1 when the trigger machine decides; returns passes run."""
+    triggers, state, writer, passes = L1Triggers(), TriggerState(), L0Writer(files), 0
+
+    async def run(decision: Any) -> None:
+        nonlocal state, passes
+        if decision.run:
+            await pipeline.run(TENANT, user)
+            passes += 1
+            state, again = triggers.on_success(state, clock.now())
+            await run(again)
+
+    session = None
+    for turn in turns:
+        if session is not None and turn["session"] != session:
+            state, d = triggers.on_session_end(state, clock.now())
+            await run(d)
+        session, clock.t = turn["session"], turn["ts"]
+        writer.write([TurnEvent(tenant=TENANT, message_id=turn["id"], user=user, session=safe(turn["session"]),
+                                role=turn["role"], content=turn["text"] or "(empty)", ts=turn["ts"])])
+        if turn["role"] == "user":
+            state, d = triggers.on_turn(state, clock.now())
+            await run(d)
+    state, d = triggers.on_session_end(state, clock.now())
+    await run(d)
+    return passes
+
+
+def raw_rows(user: str, turns: list[dict[str, Any]], embedder: Embedder) -> list[AtomRow]:
+    vectors = embedder.embed([t["text"] for t in turns])
+    return [AtomRow(id=t["id"], tenant="raw", user=user, type="episodic", priority=50, text=t["text"] or "(empty)",
+                    vector=v, created=t["ts"], updated=t["ts"], source_message_ids=[t["id"]])
+            for t, v in zip(turns, vectors, strict=True)]
+
+
+def mean(xs: list[int]) -> float:
+    return round(statistics.mean(xs), 4) if xs else 0.0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="6 questions, the first of each type")
+    ap.add_argument("--eval-dir", default=str(ROOT.parent / "shared" / "eval"))
+    ap.add_argument("--embedder", choices=["e5", "minilm"], default=Settings().embedder)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    items = json.loads((Path(args.eval_dir) / "longmemeval" / "longmemeval-s-dev.json").read_text())
+    if args.quick:
+        first: dict[str, dict[str, Any]] = {}
+        for item in items:
+            first.setdefault(item["question_type"], item)
+        items = list(first.values())
+    out = Path(args.out) if args.out else ROOT / "bench" / "results" / (
+        "longmemeval_recall-quick.json" if args.quick else "longmemeval_recall.json")
+    embedder = build_embedder(Settings(embedder=args.embedder))
+    # scores[measure][system][question_type] -> hits
+    scores: dict[str, dict[str, dict[str, list[int]]]] = {
+        m: {s: defaultdict(list) for s in SYSTEMS} for m in ("turn10", "turn10_budget", "session5")}
+    counts = {"turns": 0, "atoms": 0, "passes": 0, "no_evidence_turns": 0}
+    sources_per_atom: list[int] = []
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="mnemoflow-lme-") as tmp:
+        work = Path(tmp)
+        files = LocalFileStore(work / "data")
+        store = SqliteVectorStore.open(str(work / "atoms.sqlite"), dim=embedder.dim, embedding_model=embedder.model_id)
+        raw = SqliteVectorStore.open(str(work / "raw.sqlite"), dim=embedder.dim, embedding_model=embedder.model_id)
+        clock = TurnClock()
+        pipeline = L1Pipeline(files=files, store=store, embedder=embedder, extractor=HeuristicExtractor(),
+                              judge=HeuristicJudge(), clock=clock)
+        recaller = Recaller(store=store, embedder=embedder, files=files)
+        for n, item in enumerate(items, start=1):
+            user, turns = safe(f"q-{item['question_id']}"), turns_of(item)
+            counts["passes"] += asyncio.run(ingest(user, turns, files, pipeline, clock))
+            raw.upsert(raw_rows(user, turns, embedder))
+            counts["turns"] += len(turns)
+            counts["atoms"] += store.count(TENANT, user)
+            evidence = {t["id"] for t in turns if t["evidence"]}
+            session_of = {t["id"]: t["session"] for t in turns}
+            answer_sessions = set(item["answer_session_ids"])
+            budget = round(10 * statistics.mean(count_tokens(t["text"]) for t in turns))
+            (vec,) = embedder.embed_query([item["question"]])
+            q = item["question"]
+            ranked = {
+                "hybrid": recaller.hits(TENANT, user, q, vec, RECIPES["hybrid_rrf"], DEPTH),
+                "bm25_raw": raw.bm25_search("raw", user, q, DEPTH),
+                "dense_raw": raw.dense_search("raw", user, vec, DEPTH),
+                "hybrid_raw": raw.search("raw", user, q, vec, DEPTH),
+            }
+            sources_per_atom += [len(h.row.source_message_ids) for h in ranked["hybrid"][:10]]
+            kind = item["question_type"]
+            for s, hits in ranked.items():
+                items_ = [(h.row.text, h.row.source_message_ids) for h in hits]
+                sessions = [{session_of[m] for m in src if m in session_of} for _, src in items_[:5]]
+                scores["session5"][s][kind].append(int(any(answer_sessions & x for x in sessions)))
+                if evidence:
+                    scores["turn10"][s][kind].append(int(any(evidence & set(src) for _, src in items_[:10])))
+                    kept = within(items_, budget)
+                    scores["turn10_budget"][s][kind].append(int(any(evidence & set(src) for _, src in kept)))
+            counts["no_evidence_turns"] += not evidence
+            print(f"[{n}/{len(items)}] {kind:26} turns {len(turns):4}  atoms {store.count(TENANT, user):4}  "
+                  + "  ".join(f"{s} {scores['turn10'][s][kind][-1] if evidence else '-'}" for s in SYSTEMS),
+                  flush=True)
+    elapsed = time.perf_counter() - t0
+
+    def table(measure: str) -> dict[str, Any]:
+        per = scores[measure]
+        res: dict[str, Any] = {s: mean([x for v in per[s].values() for x in v]) for s in SYSTEMS}
+        res["by_type"] = {k: {s: mean(per[s][k]) for s in SYSTEMS} for k in sorted(per["hybrid"])}
+        return res
+
+    result = {
+        "turn_recall_at_10": table("turn10"),
+        "turn_recall_at_10_budgeted": table("turn10_budget"),
+        "session_recall_at_5": table("session5"),
+        "source_turns_per_atom": {"hybrid": round(statistics.mean(sources_per_atom), 3) if sources_per_atom else 0.0,
+                                  "bm25_raw": 1.0, "dense_raw": 1.0},
+        "questions": len(items), "questions_without_evidence_turns": counts["no_evidence_turns"],
+        "turns": counts["turns"], "atoms": counts["atoms"], "l1_passes": counts["passes"],
+        "engine": "heuristic", "embedder": embedder.model_id, "store": "sqlite",
+        "budget": "10 raw turns' o200k tokens (mean turn length of the question's history)",
+        "hit_definitions": {"turn": "a top-10 item cites a has_answer turn",
+                            "session": "a top-5 item comes from an answer_session_ids session"},
+        "elapsed_s": round(elapsed, 1),
+        "command": " ".join(["python bench/longmemeval_recall.py", *sys.argv[1:]]),
+        "machine": {"python": platform.python_version()},
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(f"LongMemEval-S dev: {len(items)} questions, {counts['turns']} turns, {counts['atoms']} atoms, "
+          f"heuristic engine, {embedder.model_id} + SQLite, {elapsed:.0f} s")
+    print(f"{'system':11} {'turn R@10':>9} {'budgeted':>9} {'sess R@5':>9}")
+    for s in SYSTEMS:
+        print(f"{s:11} {result['turn_recall_at_10'][s]:9.3f} {result['turn_recall_at_10_budgeted'][s]:9.3f} "
+              f"{result['session_recall_at_5'][s]:9.3f}")
+    for kind, row in result["turn_recall_at_10"]["by_type"].items():
+        print(f"  {kind:26} turn R@10 " + "  ".join(f"{s} {row[s]:.2f}" for s in SYSTEMS))
+    print(f"source turns per returned atom (hybrid top-10): {result['source_turns_per_atom']['hybrid']}")
+
+
+if __name__ == "__main__":
+    main()

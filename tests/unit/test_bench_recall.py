@@ -1,0 +1,35 @@
+"""The recall benchmarks' scoring helpers on made-up data: the token budget, user ids and LongMemEval's history."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from bench.locomo_recall import uid, within
+from bench.longmemeval_recall import turns_of, when
+from mnemoflow.tokens import count_tokens
+
+
+def test_the_budget_keeps_ranked_items_while_they_fit() -> None:
+    items = [("short one", ["a"]), ("a much longer item " * 20, ["b"]), ("tiny", ["c"])]
+    budget = count_tokens("short one") + 5
+    assert within(items, budget) == [("short one", ["a"])]  # the long one ends the list, no skipping ahead
+    assert within(items, 10_000) == items
+    assert within(items, 0) == []
+
+
+def test_speakers_with_non_ascii_names_get_distinct_user_ids() -> None:
+    assert uid("zh-1", "李娜") != uid("zh-1", "王磊")
+    assert uid("conv-26", "Caroline") == "conv-26.Caroline"
+
+
+def test_a_longmemeval_history_flattens_with_times_and_evidence() -> None:
+    item = {"haystack_session_ids": ["s/1", "s2"],
+            "haystack_dates": ["2023/05/30 (Tue) 23:40", "2023/06/01 (Thu) 08:00"],
+            "haystack_sessions": [[{"role": "user", "content": "hi", "has_answer": True},
+                                   {"role": "assistant", "content": "hello"}],
+                                  [{"role": "user", "content": "bye"}]]}
+    turns = turns_of(item)
+    assert [t["id"] for t in turns] == ["s_1-0", "s_1-1", "s2-0"]
+    assert [t["evidence"] for t in turns] == [True, False, False]
+    assert turns[1]["ts"] == datetime(2023, 5, 30, 23, 40, 30, tzinfo=UTC)
+    assert when("2023/06/01 (Thu) 08:00") == datetime(2023, 6, 1, 8, 0, tzinfo=UTC)
