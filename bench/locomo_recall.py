@@ -145,6 +145,14 @@ async def ingest(conv: dict[str, Any], files: LocalFileStore, pipeline: L1Pipeli
         await run(user, d)
 
 
+def workspace(work: Path, embedder: Embedder) -> tuple[LocalFileStore, SqliteVectorStore, SqliteVectorStore]:
+    """The files of one run and its two indexes: the atoms (L1) and the raw turns (the baselines)."""
+    files = LocalFileStore(work / "data")
+    store = SqliteVectorStore.open(str(work / "atoms.sqlite"), dim=embedder.dim, embedding_model=embedder.model_id)
+    raw = SqliteVectorStore.open(str(work / "raw.sqlite"), dim=embedder.dim, embedding_model=embedder.model_id)
+    return files, store, raw
+
+
 def raw_text(turn: dict[str, Any]) -> str:
     """A raw turn as the baselines index it: named like an atom, with the photo caption LoCoMo gives."""
     return f"{turn['speaker']}: {turn['text']}" + (
@@ -283,9 +291,7 @@ def main() -> None:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="mnemoflow-locomo-") as tmp:
         work = Path(tmp)
-        files = LocalFileStore(work / "data")
-        store = SqliteVectorStore.open(str(work / "atoms.sqlite"), dim=embedder.dim, embedding_model=embedder.model_id)
-        raw = SqliteVectorStore.open(str(work / "raw.sqlite"), dim=embedder.dim, embedding_model=embedder.model_id)
+        files, store, raw = workspace(work, embedder)
         clock = TurnClock()
         pipeline = L1Pipeline(files=files, store=store, embedder=embedder, extractor=HeuristicExtractor(),
                               judge=HeuristicJudge(), clock=clock,

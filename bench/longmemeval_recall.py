@@ -42,7 +42,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.locomo_recall import TurnClock, within  # noqa: E402
+from bench.locomo_recall import TurnClock, within, workspace  # noqa: E402
 from mnemoflow.config import Settings  # noqa: E402
 from mnemoflow.embedding.factory import build_embedder  # noqa: E402
 from mnemoflow.events import TurnEvent  # noqa: E402
@@ -55,7 +55,6 @@ from mnemoflow.memory.triggers import L1Triggers, TriggerState  # noqa: E402
 from mnemoflow.ports import Embedder  # noqa: E402
 from mnemoflow.ports.vectors import AtomRow  # noqa: E402
 from mnemoflow.storage import LocalFileStore  # noqa: E402
-from mnemoflow.stores.sqlite import SqliteVectorStore  # noqa: E402
 from mnemoflow.tokens import count_tokens  # noqa: E402
 
 TENANT = "lme"
@@ -146,10 +145,7 @@ def main() -> None:
     sources_per_atom: list[int] = []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="mnemoflow-lme-") as tmp:
-        work = Path(tmp)
-        files = LocalFileStore(work / "data")
-        store = SqliteVectorStore.open(str(work / "atoms.sqlite"), dim=embedder.dim, embedding_model=embedder.model_id)
-        raw = SqliteVectorStore.open(str(work / "raw.sqlite"), dim=embedder.dim, embedding_model=embedder.model_id)
+        files, store, raw = workspace(Path(tmp), embedder)
         clock = TurnClock()
         pipeline = L1Pipeline(files=files, store=store, embedder=embedder, extractor=HeuristicExtractor(),
                               judge=HeuristicJudge(), clock=clock)
