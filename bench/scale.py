@@ -93,7 +93,6 @@ async def produce(bootstrap: str, events: list[TurnEvent]) -> None:
 
 async def group_state(bootstrap: str) -> tuple[str, int]:
     from aiokafka.admin import AIOKafkaAdminClient
-
     from aiokafka.errors import KafkaError
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
@@ -252,6 +251,131 @@ def recall_phase(c: LocalCluster, replicas: int, users: list[str], questions: li
             "p99_ms": p(0.99), "cpu_s": cpu_delta(before, cpu_by_kind())}  # fmt: skip
 
 
+def user_lines(data: Path, tag: str) -> dict[str, int]:
+    files = (data / TENANT / "users").glob(f"{tag}-u*/conversations/*.jsonl")
+    return {p.parent.parent.name: p.stat().st_size for p in files}
+
+
+def recovery_worker_kill(c: LocalCluster, texts: list[str], users: int = 60) -> dict[str, Any]:
+    """A steady stream (every user gets a turn every ~0.3 s) into three workers; SIGKILL one. Recovery of a user is
+    the time from the kill to the next turn of that user on disk; the figure is the slowest user (the ones on the
+    killed worker's partitions wait for the rebalance, the others barely notice)."""
+    for index in range(3):
+        if index not in c.workers:
+            c.start_worker(index)
+    while asyncio.run(group_state(c.settings.kafka_bootstrap)) != ("Stable", 3):
+        time.sleep(0.2)
+    tag, stop = "rk", threading.Event()
+
+    def feed() -> None:
+        async def run() -> None:
+            from aiokafka import AIOKafkaProducer
+
+            producer = AIOKafkaProducer(bootstrap_servers=c.settings.kafka_bootstrap, acks="all", linger_ms=5)
+            await producer.start()
+            try:
+                i = 0
+                while not stop.is_set():
+                    batch = turns(tag, users, users, texts[i:], datetime(2024, 3, 1, tzinfo=UTC) + timedelta(hours=i))
+                    for e in batch:
+                        await producer.send(TOPIC_TURNS, e.model_copy(update={"message_id": f"{tag}-{i}-{e.user}"})
+                                            .model_dump_json().encode(), key=e.key.encode())  # fmt: skip
+                    i += 1
+                    await asyncio.sleep(0.3)
+            finally:
+                await producer.stop()
+
+        asyncio.run(run())
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    try:
+        time.sleep(5)
+        before = user_lines(c.data_dir, tag)
+        killed_at = time.monotonic()
+        c.kill_worker(0)
+        recovered: dict[str, float] = {}
+        while len(recovered) < len(before) and time.monotonic() - killed_at < 120:
+            now = user_lines(c.data_dir, tag)
+            for user, size in now.items():
+                if user not in recovered and size > before.get(user, 0):
+                    recovered[user] = time.monotonic() - killed_at
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        feeder.join()
+    c.start_worker(0)
+    waits = sorted(recovered.values())
+    return {"users": len(before), "recovered": len(waits), "max_s": round(waits[-1], 1) if waits else None,
+            "p50_s": round(waits[len(waits) // 2], 1) if waits else None}  # fmt: skip
+
+
+def recovery_replica_kill(c: LocalCluster, users: list[str], questions: list[str]) -> dict[str, Any]:
+    """Recall from 8 threads; SIGKILL one api replica. Recovery is the time from the kill to the last failed
+    request (after it, every request succeeds), with how many failed."""
+    scale_app(c, "mnemoflow", 2)
+    failures: list[float] = []
+    stop = threading.Event()
+    killed_at = [0.0]
+
+    def client(i: int) -> None:
+        with httpx.Client(base_url=c.api_url, headers=c.headers(), timeout=30) as http:
+            j = i
+            while not stop.is_set():
+                try:
+                    ok = (
+                        http.post(
+                            "/v1/recall", json={"user": users[j % len(users)], "query": questions[j % len(questions)]}
+                        ).status_code
+                        == 200
+                    )
+                except httpx.HTTPError:
+                    ok = False
+                if not ok and killed_at[0]:
+                    failures.append(time.monotonic() - killed_at[0])
+                j += 8
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(3)
+    killed_at[0] = time.monotonic()
+    os.kill(c.replica_pids("api")[0], 9)
+    time.sleep(30)
+    stop.set()
+    for t in threads:
+        t.join()
+    return {"failed_requests": len(failures), "last_failure_s": round(max(failures), 1) if failures else 0.0}
+
+
+def recovery_node_kill(c: LocalCluster) -> dict[str, Any]:
+    """SIGKILL the second node's raylet; recovery is the time until the state of a session whose shard was on it
+    is served again (the shard restarted on the head and reloaded from files)."""
+    from actors.placement import shard_name
+    from mnemoflow.sharding import session_key, shard_for
+
+    placement, second = c.shard_nodes(), c.second_node_id
+    n = c.settings.session_shards
+    session = next(s for s in (f"rn-{k}" for k in range(1000))
+                   if placement[shard_name(shard_for(session_key(TENANT, s), n))] == second)  # fmt: skip
+    with httpx.Client(base_url=c.api_url, headers=c.headers(), timeout=10) as http:
+        assert http.get(f"/v1/sessions/{session}/state").status_code == 200
+        killed_at = time.monotonic()
+        c.kill_second_raylet()
+        dead_after = c.wait_node_dead(second)
+        while time.monotonic() - killed_at < 180:
+            try:
+                if http.get(f"/v1/sessions/{session}/state").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        return {
+            "node_declared_dead_s": round(dead_after, 1),
+            "session_served_again_s": round(time.monotonic() - killed_at, 1),
+        }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller backlog and fewer jobs (< 5 minutes)")
@@ -277,6 +401,9 @@ def main() -> None:
         extraction = {r: extraction_phase(c, int(r), users) for r, users in extraction_users.items()}
         recall_users = extraction_users["1"] + extraction_users["2"]
         recall = {str(r): recall_phase(c, r, recall_users, questions, recall_s) for r in (1, 2)}
+        recovery = {"worker_sigkill": recovery_worker_kill(c, texts),
+                    "api_replica_sigkill": recovery_replica_kill(c, recall_users, questions),
+                    "second_node_raylet_sigkill": recovery_node_kill(c)}  # fmt: skip
     results = {
         "kafka_to_l0_events_per_s": {k: v["events_per_s"] for k, v in ingest.items()},
         "recall_rps": {k: v["rps"] for k, v in recall.items()},
@@ -286,6 +413,7 @@ def main() -> None:
             "extraction": {k: v["cpu_s"] for k, v in extraction.items()},
             "recall": {k: v["cpu_s"] for k, v in recall.items()},
         },  # fmt: skip
+        "recovery": recovery,
         "ingest": ingest,
         "extraction": extraction,
         "recall": recall,
