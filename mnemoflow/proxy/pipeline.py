@@ -4,8 +4,9 @@
 fakes in unit tests) and turns an OpenAI chat request into the array to forward plus response headers that say
 what happened. Forwarding itself (HTTP, streaming) is the serving layer's job.
 
-Order: capture and recall run together; compaction follows, to the window less the answer's reserve and the
-recall it will carry; recall is injected into the compacted array. Recall runs once per user turn: the tool steps
+Order: capture is published beside the request (nothing in it waits for its own capture); recall, then
+compaction to the window less the answer's reserve and the recall it will carry; recall is injected into the
+compacted array. Recall runs once per user turn: the tool steps
 that follow reuse it, so the prompt prefix stays byte-identical between them. The whole memory side has a time
 budget; past it, or on a memory error, the request goes upstream untouched (``proxy_fail_open``) and the
 ``x-mnemoflow-memory`` header says why.
@@ -17,10 +18,10 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -37,6 +38,7 @@ from mnemoflow.proxy.inject import inject_recall, recall_tokens
 from mnemoflow.replay import safe_id
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 Message = dict[str, Any]
 USER_HEADER, SESSION_HEADER, WINDOW_HEADER = "x-mnemoflow-user", "x-mnemoflow-session", "x-mnemoflow-window"
@@ -109,6 +111,7 @@ class Prepared:
     messages: list[Message]
     headers: dict[str, str] = field(default_factory=dict)
     memory_ms: float = 0.0
+    stages_ms: dict[str, float] = field(default_factory=dict)
 
 
 class MemoryProxy:
@@ -125,6 +128,7 @@ class MemoryProxy:
         self._settings = settings
         self._clock = clock
         self._recalls: LRU[tuple[str, str], tuple[str, RecallResult]] = LRU(recall_cache)
+        self._tasks: set[asyncio.Future[None]] = set()
 
     def prompt_budget(self, body: ChatRequest, window: int) -> int:
         """Tokens (o200k) the prompt may hold: the window less the answer's reserve, in our tokenizer's units."""
@@ -150,6 +154,8 @@ class MemoryProxy:
             self._bypass(out, body, f"{type(exc).__name__}: {exc}"[:200])
         out.memory_ms = (time.perf_counter() - start) * 1000
         out.headers["x-mnemoflow-memory-ms"] = f"{out.memory_ms:.1f}"
+        if out.stages_ms:
+            out.headers["x-mnemoflow-stages-ms"] = "; ".join(f"{k}={v:.1f}" for k, v in out.stages_ms.items())
         return out
 
     def _bypass(self, out: Prepared, body: ChatRequest, why: str) -> None:
@@ -163,12 +169,12 @@ class MemoryProxy:
         ident = out.identity
         plan = plan_capture(body.messages, ident.user, ident.session,
                             self._captures.captured(tenant, ident.session), self._clock())  # fmt: skip
-        recall, _ = await asyncio.gather(
-            self._recall(tenant, ident, body.messages), self._publish(tenant, ident.session, plan)
-        )
+        if plan.turns or plan.results:
+            self._background(self._publish(tenant, ident.session, plan))
         out.headers["x-mnemoflow-captured"] = (
             f"turns={len(plan.turns)}; tool_results={len(plan.results)}; too_large={plan.skipped}"
         )
+        recall = await _timed(out, "recall", self._recall(tenant, ident, body.messages))
         messages = body.messages
         extra = recall_tokens(recall) if recall else 0
         if ident.window is None:
@@ -177,7 +183,7 @@ class MemoryProxy:
             budget = self.prompt_budget(body, ident.window) - extra
             if budget <= 0:
                 raise InvalidInput(f"window {ident.window} leaves no room for the prompt after the answer's reserve")
-            reply = await self._memory.compact(tenant, ident.session, messages, budget)
+            reply = await _timed(out, "compact", self._memory.compact(tenant, ident.session, messages, budget))
             messages = reply.messages
             out.headers.update({
                 "x-mnemoflow-compaction": reply.level,
@@ -191,10 +197,20 @@ class MemoryProxy:
             out.headers["x-mnemoflow-recall-ids"] = ",".join(h.id for h in recall.hits[:20])
         out.messages = messages
 
+    def _background(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def _publish(self, tenant: str, session: str, plan: Capture) -> None:
-        if plan.turns or plan.results:
+        """Off the request's path: nothing in this request waits for its own capture (compaction reads offload
+        entries the stream worker writes later anyway). A failure is logged, and as the ids were not recorded,
+        the next request of the session publishes them again."""
+        try:
             await self._memory.publish(tenant, plan.turns, plan.results)
             await asyncio.to_thread(self._captures.record, tenant, session, plan.ids)
+        except Exception as exc:  # noqa: BLE001 - the request has gone on; the next one retries the capture
+            log.warning("proxy capture failed in %s/%s (retried next request): %r", tenant, session, exc)
 
     async def _recall(self, tenant: str, ident: Identity, messages: list[Message]) -> RecallResult | None:
         """Recall for the latest user message, once per user turn (the tool steps after it reuse the result)."""
@@ -223,6 +239,15 @@ class MemoryProxy:
             log.warning("proxy could not capture the answer in %s/%s: %r", tenant, prepared.identity.session, exc)
             return False
         return True
+
+
+async def _timed(out: Prepared, stage: str, work: Awaitable[T]) -> T:
+    """Await ``work`` and note how long it took: the header that says where a slow request spent its time."""
+    start = time.perf_counter()
+    try:
+        return await work
+    finally:
+        out.stages_ms[stage] = (time.perf_counter() - start) * 1000
 
 
 def parse_chat(raw: Any) -> ChatRequest:

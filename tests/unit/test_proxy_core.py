@@ -98,3 +98,44 @@ def test_streamed_answer_is_read_across_chunk_boundaries() -> None:
     assert answer.text == "Hello"
     assert answer_text(b'{"choices":[{"message":{"content":"Hi"}}]}') == "Hi"
     assert answer_text(b"not json") == ""
+
+
+class FlakyMemory:
+    """A memory side whose first publish fails: the request must go on, the next one must publish again."""
+
+    def __init__(self) -> None:
+        self.published: list[list[str]] = []
+        self.failures = 1
+
+    async def publish(self, tenant: str, turns: list, results: list) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("broker away")
+        self.published.append([t.message_id for t in turns])
+
+    async def recall(self, tenant: str, user: str, query: str) -> RecallResult:
+        return RecallResult(prepend_context="", system_context="", hits=[], persona="")
+
+    async def compact(self, tenant: str, session: str, messages: list, window: int) -> object:
+        raise AssertionError("no window is configured: compaction must not run")
+
+
+def test_a_failed_capture_does_not_fail_the_request_and_is_published_again(tmp_path: Path) -> None:
+    import asyncio
+
+    from mnemoflow.proxy.pipeline import MemoryProxy
+
+    memory = FlakyMemory()
+    proxy = MemoryProxy(memory, CaptureLog(LocalFileStore(tmp_path, fsync=False)), Settings(), clock=lambda: NOW)
+    body = ChatRequest(model="m", messages=ARRAY[:2])
+
+    async def twice() -> list[str]:
+        states = []
+        for _ in range(2):
+            prepared = await proxy.prepare("acme", body, {"x-mnemoflow-session": "s1"})
+            states.append(prepared.headers["x-mnemoflow-memory"])
+            await asyncio.sleep(0.05)  # let the background capture run
+        return states
+
+    assert asyncio.run(twice()) == ["ok", "ok"]
+    assert len(memory.published) == 1 and len(memory.published[0]) == 1  # the retry published the user turn

@@ -1,0 +1,210 @@
+"""Proxy benchmark: what the OpenAI-compatible proxy adds to a request's latency, and what it saves in prompt tokens.
+
+The whole stack runs as ``mnemoflow up`` runs it (Apache Kafka, Faust worker, session shards, the Serve API with
+the real recaller and MiniLM embedder); the upstream is a stub answering in fixed time (``--upstream-ms``) in its
+own process, so only our overhead is measured. One user's memory is seeded with LoCoMo turns and extracted to atoms
+first, so recall searches a real index.
+
+* **Added latency**: 20-message requests (the first 20 messages of tau-bench airline runs, ending on a user
+  message), sent directly to the stub and through the proxy, alternately, by one client. ``first`` requests open a
+  new session: all 20 messages are captured (Kafka acknowledged), recall runs, compaction runs in the session's
+  shard. ``repeat`` sends the same array again (an agent's next tool step): nothing new to capture, recall reused,
+  compaction again. Added = proxy percentile minus direct percentile. The answer's capture runs after the answer.
+* **Prompt tokens**: OpenHands trajectories replayed as agent loops (each assistant step is a request carrying the
+  history so far) against a ``--window`` context; direct = what the raw arrays weigh, proxy = what the upstream
+  received (its ``usage.prompt_tokens``: the stub counts o200k tokens, the same tokenizer for both).
+
+Writes ``bench/results/proxy.json``. Usage: ``python bench/proxy.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from mnemoflow.cli.stack import Stack  # noqa: E402
+from mnemoflow.client import Client  # noqa: E402
+from mnemoflow.config import Settings  # noqa: E402
+from mnemoflow.replay import from_locomo  # noqa: E402
+from streams.broker import free_port, stop_process  # noqa: E402
+
+EVAL = ROOT.parent / "shared" / "eval"
+KEY, USER = "bench-key", "bench-user"
+
+
+def loaders() -> Any:
+    spec = importlib.util.spec_from_file_location("eval_loaders", EVAL / "loaders.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def start_stub(delay_ms: float) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    code = ("import uvicorn; from tests.stub_upstream import stub_upstream; "
+            f"uvicorn.run(stub_upstream(delay_s={delay_ms / 1000!r}), host='127.0.0.1', port={port}, "
+            "log_level='warning')")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/v1/models", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise RuntimeError("the stub upstream did not start")
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def seed_memory(api: Client, turns: int) -> int:
+    """One LoCoMo speaker's turns for one user, the session ended so that L1 extracts now; returns hits found."""
+    sample = json.loads((EVAL / "locomo" / "locomo-dev.json").read_text())[0]
+    items = from_locomo(sample).items
+    mine = [t.model_copy(update={"user": USER}) for t in items if t.role == "user"][:turns]
+    api.submit(mine)
+    api.end_session(mine[-1].session, USER)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if hits := api.memory_search(USER, "what does she like to do", limit=5):
+            return len(hits)
+        time.sleep(1)
+    return 0
+
+
+def twenty_message_requests(n: int) -> list[list[dict]]:
+    out = []
+    for traj in loaders().load_trajectories(str(EVAL / "trajectories" / "tau_bench_airline")):
+        if len(traj) > 20 and traj[19]["role"] == "user":
+            out.append(traj[:20])
+        if len(out) == n:
+            break
+    return out
+
+
+def latency(api_url: str, stub: str, requests: list[list[dict]]) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {KEY}", "X-Mnemoflow-User": USER}
+    direct: list[float] = []
+    proxied: dict[str, list[float]] = {"first": [], "repeat": []}
+    memory_ms: dict[str, list[float]] = {"first": [], "repeat": []}
+    stages: dict[str, dict[str, list[float]]] = {"first": {}, "repeat": {}}
+    with httpx.Client(timeout=60) as http:
+        for k, messages in enumerate(requests):
+            body = {"model": "stub", "messages": messages, "max_tokens": 64}
+            for mode in ("first", "repeat"):
+                start = time.perf_counter()
+                assert http.post(f"{stub}/v1/chat/completions", json=body).status_code == 200
+                direct.append((time.perf_counter() - start) * 1000)
+                start = time.perf_counter()
+                r = http.post(f"{api_url}/v1/chat/completions", json=body,
+                              headers={**headers, "X-Mnemoflow-Session": f"bench-{k}"})  # fmt: skip
+                proxied[mode].append((time.perf_counter() - start) * 1000)
+                assert r.status_code == 200 and r.headers["x-mnemoflow-memory"] == "ok", r.headers
+                memory_ms[mode].append(float(r.headers["x-mnemoflow-memory-ms"]))
+                for part in r.headers.get("x-mnemoflow-stages-ms", "").split("; "):
+                    if "=" in part:
+                        name, ms = part.split("=")
+                        stages[mode].setdefault(name, []).append(float(ms))
+    out: dict[str, Any] = {"direct_ms": {"p50": pct(direct, 0.5), "p99": pct(direct, 0.99)}}
+    for mode, values in proxied.items():
+        out[mode] = {
+            "proxy_ms": {"p50": pct(values, 0.5), "p99": pct(values, 0.99)},
+            "added_ms": {"p50": pct(values, 0.5) - pct(direct, 0.5), "p99": pct(values, 0.99) - pct(direct, 0.99)},
+            "memory_side_ms": {"p50": pct(memory_ms[mode], 0.5), "p99": pct(memory_ms[mode], 0.99)},
+            "stages_ms_p50": {name: pct(v, 0.5) for name, v in stages[mode].items()},
+        }
+    return out
+
+
+def trajectory_tokens(api_url: str, stub: str, count: int, window: int) -> dict[str, Any]:
+    trajs = loaders().load_trajectories(str(EVAL / "trajectories" / "openhands_swebench_verified"))[:count]
+    direct = proxied = requests = 0
+    peak = 0
+    with httpx.Client(timeout=120) as http:
+        for k, traj in enumerate(trajs):
+            headers = {"Authorization": f"Bearer {KEY}", "X-Mnemoflow-User": USER,
+                       "X-Mnemoflow-Session": f"traj-{k}", "X-Mnemoflow-Window": str(window)}  # fmt: skip
+            for i, m in enumerate(traj):
+                if m["role"] != "assistant":
+                    continue
+                body = {"model": "stub", "messages": traj[:i], "max_tokens": 512}
+                raw = http.post(f"{stub}/v1/chat/completions", json=body).json()["usage"]["prompt_tokens"]
+                r = http.post(f"{api_url}/v1/chat/completions", json=body, headers=headers)
+                assert r.status_code == 200 and r.headers["x-mnemoflow-memory"] == "ok", r.headers
+                sent = r.json()["usage"]["prompt_tokens"]
+                direct, proxied, requests, peak = direct + raw, proxied + sent, requests + 1, max(peak, sent)
+    return {"trajectories": count, "requests": requests, "window": window, "direct": direct, "proxy": proxied,
+            "saved": 1 - proxied / direct, "peak_proxy_prompt": peak}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="40 latency requests, 3 trajectories")
+    parser.add_argument("--upstream-ms", type=float, default=50.0, help="the stub's fixed answer time")
+    parser.add_argument("--window", type=int, default=32_000)
+    args = parser.parse_args()
+    n_requests, n_trajs = (20, 3) if args.quick else (60, 10)
+    stub_proc, stub = start_stub(args.upstream_ms)
+    data = Path(tempfile.mkdtemp(prefix="mnemoflow-bench-proxy-"))
+    settings = Settings(data_dir=data, api_port=0, api_keys={"bench": KEY}, max_body_bytes=16 << 20,
+                        proxy_upstream_url=stub, proxy_windows={"stub": 8192}, proxy_memory_timeout_seconds=30,
+                        rate_limit_per_second=10_000, rate_limit_burst=10_000)  # fmt: skip
+    stack = Stack(settings)
+    try:
+        stack.start()
+        api_url = stack.info.api_url
+        with Client(api_url, KEY) as api:
+            atoms = seed_memory(api, 200)
+        warm = twenty_message_requests(3)
+        latency(api_url, stub, warm)  # the recaller loads its model on first use: not part of the measure
+        lat = latency(api_url, stub, twenty_message_requests(n_requests + 3)[3:])
+        tokens = trajectory_tokens(api_url, stub, n_trajs, args.window)
+    finally:
+        stack.stop()
+        stop_process(stub_proc, 10)
+    result = {
+        "added_latency_ms": {"p50": round(lat["first"]["added_ms"]["p50"], 2),
+                             "p99": round(lat["first"]["added_ms"]["p99"], 2)},
+        "prompt_tokens": {"direct": tokens["direct"], "proxy": tokens["proxy"]},
+        "latency": lat, "tokens": tokens, "upstream_ms": args.upstream_ms, "requests_per_mode": n_requests,
+        "messages_per_request": 20, "seeded_atoms_found": atoms, "quick": args.quick,
+    }  # fmt: skip
+    out = ROOT / "bench" / "results" / "proxy.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    first, repeat = lat["first"], lat["repeat"]
+    print(
+        f"direct to the stub ({args.upstream_ms:.0f} ms): p50 {lat['direct_ms']['p50']:.1f} ms, "
+        f"p99 {lat['direct_ms']['p99']:.1f} ms"
+    )
+    for name, m in (("first request of a session", first), ("same array again", repeat)):
+        print(
+            f"{name:28} added p50 {m['added_ms']['p50']:6.1f} ms  p99 {m['added_ms']['p99']:6.1f} ms   "
+            f"(memory side p50 {m['memory_side_ms']['p50']:.1f} ms, p99 {m['memory_side_ms']['p99']:.1f} ms; "
+            f"p50 {', '.join(f'{k} {v:.1f}' for k, v in m['stages_ms_p50'].items())})"
+        )
+    print(
+        f"prompt tokens over {tokens['requests']} steps of {n_trajs} OpenHands runs at {args.window:,}: "
+        f"direct {tokens['direct']:,}, proxy {tokens['proxy']:,} ({tokens['saved']:.1%} saved)"
+    )
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
