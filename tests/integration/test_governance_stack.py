@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -127,9 +127,26 @@ def test_edit_remember_delete_through_the_commands_topic(stack: Stack, api: http
     recall = api.post("/v1/recall", json={"user": "pat", "query": "Any allergies to medicine?"}).json()
     assert remembered["result"]["atom_id"] in [h["id"] for h in recall["hits"]]
 
+    # The curator was told: the edited version reaches a scene, and after the delete it leaves scenes and persona.
+    eventually(lambda: new_id in scene_atoms(api, "pat"), "the edited atom never reached a scene")
     applied(api.delete(f"/v1/users/pat/atoms/{new_id}", params={"wait": 30}))
     assert new_id not in [a["id"] for a in api.get("/v1/users/pat/atoms").json()["atoms"]]
     assert new_id not in top10(api, "pat", "Where does Pat live?")
+    eventually(lambda: new_id not in scene_atoms(api, "pat"), "the deleted atom stayed in a scene")
+    scenes = [api.get(f"/v1/users/pat/scenes/{s['filename']}").text for s in api.get("/v1/users/pat/scenes").json()]
+    assert not any("Bruges" in text for text in scenes)
+    eventually(lambda: "Bruges" not in api.get("/v1/users/pat/persona").text, "the persona kept the deleted atom")
+
+
+def scene_atoms(api: httpx.Client, user: str) -> set[str]:
+    return {i for scene in api.get(f"/v1/users/{user}/scenes").json() for i in scene["atom_ids"]}
+
+
+def eventually(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.5)
 
 
 def test_a_locomo_user_exported_and_imported_elsewhere_recalls_the_same_top10(stack: Stack, api: httpx.Client) -> None:
