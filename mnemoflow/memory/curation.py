@@ -186,6 +186,8 @@ class Curator:
         return await self._run(tenant, user, state)
 
     async def _run(self, tenant: str, user: str, state: CurationState) -> CurationOutcome:
+        if not self.files.exists(ScenePaths(tenant, user).user_dir):  # erased (or never there): write nothing back
+            return CurationOutcome(tenant, user, "skipped")
         scenes = SceneStore(self.files, tenant, user)
         try:
             records = RecordLog(self.files, tenant, user).read(live_only=False)

@@ -299,3 +299,16 @@ def test_deleted_and_edited_atoms_leave_scenes_and_persona_at_the_next_pass(stac
     ids = {i for block in SceneStore(stack.files, "acme", "ana").load().values() for i in block.atom_ids}
     assert violin.id not in ids and night.id not in ids
     assert PersonaStore(stack.files, "acme", "ana").read()
+
+
+def test_a_curation_pass_after_an_erase_writes_nothing_back(stack: Stack) -> None:
+    from mnemoflow.memory.curation import Curator
+    from mnemoflow.memory.l2_schedule import L2Timing
+    from mnemoflow.memory.persona_heuristic import HeuristicPersonaEngine
+    from mnemoflow.memory.scenes_heuristic import HeuristicSceneEngine
+
+    curator = Curator(stack.files, stack.clock, HeuristicSceneEngine(EMB), HeuristicPersonaEngine(), L2Timing())
+    asyncio.run(curator.run_now("acme", "ana"))
+    stack.apply(EraseUser(user="ana"), "op-erase-2")
+    assert asyncio.run(curator.run_now("acme", "ana")).status == "skipped"  # scheduled before the erase
+    assert not (stack.root / "acme/users/ana").exists()
