@@ -60,6 +60,7 @@ from mnemoflow.tokens import count_tokens  # noqa: E402
 TENANT = "lme"
 SYSTEMS = ["hybrid", "bm25_raw", "dense_raw", "hybrid_raw"]
 DEPTH = 30
+RAW_CHARS = 8000
 
 
 def safe(value: str) -> str:
@@ -112,10 +113,14 @@ async def ingest(user: str, turns: list[dict[str, Any]], files: LocalFileStore, 
 
 
 def raw_rows(user: str, turns: list[dict[str, Any]], embedder: Embedder) -> list[AtomRow]:
-    vectors = embedder.embed([t["text"] for t in turns])
-    return [AtomRow(id=t["id"], tenant="raw", user=user, type="episodic", priority=50, text=t["text"] or "(empty)",
+    """One row per turn; a turn longer than a row holds (some assistant answers are 30k characters) becomes
+    several rows that all cite it."""
+    pieces = [(t, n, t["text"][start : start + RAW_CHARS] or "(empty)")
+              for t in turns for n, start in enumerate(range(0, max(1, len(t["text"])), RAW_CHARS))]
+    vectors = embedder.embed([text for _, _, text in pieces])
+    return [AtomRow(id=f"{t['id']}.{n}", tenant="raw", user=user, type="episodic", priority=50, text=text,
                     vector=v, created=t["ts"], updated=t["ts"], source_message_ids=[t["id"]])
-            for t, v in zip(turns, vectors, strict=True)]
+            for (t, n, text), v in zip(pieces, vectors, strict=True)]
 
 
 def mean(xs: list[int]) -> float:

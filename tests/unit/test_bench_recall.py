@@ -33,3 +33,15 @@ def test_a_longmemeval_history_flattens_with_times_and_evidence() -> None:
     assert [t["evidence"] for t in turns] == [True, False, False]
     assert turns[1]["ts"] == datetime(2023, 5, 30, 23, 40, 30, tzinfo=UTC)
     assert when("2023/06/01 (Thu) 08:00") == datetime(2023, 6, 1, 8, 0, tzinfo=UTC)
+
+
+def test_a_raw_turn_longer_than_a_row_becomes_rows_that_all_cite_it() -> None:
+    from bench.longmemeval_recall import RAW_CHARS, raw_rows
+    from mnemoflow.embedding import HashingEmbedder
+
+    ts = datetime(2023, 1, 1, tzinfo=UTC)
+    turns = [{"id": "s-0", "text": "x" * (2 * RAW_CHARS + 5), "ts": ts}, {"id": "s-1", "text": "", "ts": ts}]
+    rows = raw_rows("u", turns, HashingEmbedder(16))
+    assert [(r.id, r.source_message_ids) for r in rows] == [
+        ("s-0.0", ["s-0"]), ("s-0.1", ["s-0"]), ("s-0.2", ["s-0"]), ("s-1.0", ["s-1"])]
+    assert rows[-1].text == "(empty)"
