@@ -113,8 +113,9 @@ class Settings(BaseSettings):
         1.5, gt=0, le=30, description="Deadline of the /health checks (run at once; a late one counts as failing)."
     )
 
-    worker_batch_size: int = Field(1000, ge=1)
-    worker_batch_seconds: float = Field(0.05, gt=0)
+    worker_batch_size: int = Field(
+        1000, ge=1, description="Records a worker fetches at once; a capture batch is what one fetch brought."
+    )
     worker_max_attempts: int = Field(5, ge=1, description="Tries of a batch before its events go to dead letters.")
     fsync_files: bool = Field(
         True, description="Make file writes durable (fsync) before their Kafka offsets are committed. Off only for "

@@ -54,9 +54,10 @@ def faust_broker_url(bootstrap: str) -> str:
     return ";".join(f"kafka://{host.strip()}" for host in bootstrap.split(","))
 
 
-def raw_record(event: Any) -> RawRecord:
-    message = event.message
-    return RawRecord(event.value or b"", event.key, message.topic, message.partition, message.offset)
+def raw_record(record: Any) -> RawRecord:
+    """A faust ``Message`` (batch topics) or an agent's event (whose ``message`` it is) as a RawRecord."""
+    message = getattr(record, "message", record)
+    return RawRecord(message.value or b"", message.key, message.topic, message.partition, message.offset)
 
 
 def build_app(
@@ -114,15 +115,14 @@ def build_app(
         for handler in (on_turns, on_tool_results, on_jobs):
             await handler.forget()
 
-    @app.agent(turns, name="capture-turns")
-    async def capture_turns(stream: faust.StreamT) -> None:
-        async for events in stream.take_events(settings.worker_batch_size, within=settings.worker_batch_seconds):
-            await produce(await on_turns.handle([raw_record(ev) for ev in events]))
+    async def capture_turns(messages: list[Any]) -> None:
+        await produce(await on_turns.handle([raw_record(m) for m in messages]))
 
-    @app.agent(tool_results, name="offload-tool-results")
-    async def offload_tool_results(stream: faust.StreamT) -> None:
-        async for events in stream.take_events(settings.worker_batch_size, within=settings.worker_batch_seconds):
-            await produce(await on_tool_results.handle([raw_record(ev) for ev in events]))
+    async def offload_tool_results(messages: list[Any]) -> None:
+        await produce(await on_tool_results.handle([raw_record(m) for m in messages]))
+
+    app.batch_agent(turns, capture_turns)
+    app.batch_agent(tool_results, offload_tool_results)
 
     @app.agent(jobs, name="run-l1-jobs")
     async def run_jobs(stream: faust.StreamT) -> None:
