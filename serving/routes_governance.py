@@ -114,8 +114,8 @@ def governance_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
             raise HTTPException(404, f"no user {user}")
         return RecordLog(deps.files, tenant, user)
 
-    def known_atom(tenant: str, user: str, atom_id: str) -> None:
-        if not records(tenant, user).get([atom_id]):
+    async def known_atom(tenant: str, user: str, atom_id: str) -> None:
+        if not await asyncio.to_thread(records(tenant, user).get, [atom_id]):  # reads the user's whole history
             raise HTTPException(404, f"no atom {atom_id} for user {user}")
 
     @router.get("/v1/operations/{operation_id}", response_model=OperationStatus)
@@ -146,7 +146,7 @@ def governance_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         """A new version superseding the atom (re-embedded, provenance kept, marked manual)."""
         if body.text is None and body.type is None and body.priority is None:
             raise HTTPException(422, "a patch needs at least one of text, type, priority")
-        known_atom(tenant, user, atom_id)
+        await known_atom(tenant, user, atom_id)
         op = PatchAtom(user=user, atom_id=atom_id, **body.model_dump())
         return await submit(tenant, op, idempotency_key, wait)
 
@@ -154,7 +154,7 @@ def governance_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
     async def delete_atom(user: PathId, atom_id: PathId, tenant: Tenant,
                           idempotency_key: IdempotencyKey = None, wait: Wait = 0) -> JSONResponse:
         """Delete the atom: gone from the index and recall when applied, from scenes and persona at their pass."""
-        known_atom(tenant, user, atom_id)
+        await known_atom(tenant, user, atom_id)
         return await submit(tenant, DeleteAtom(user=user, atom_id=atom_id), idempotency_key, wait)
 
     @router.post("/v1/users/{user}/memories", status_code=202, response_model=OperationStatus)
