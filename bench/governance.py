@@ -77,7 +77,7 @@ class Site:
                                    extractor=HeuristicExtractor(), judge=HeuristicJudge(), clock=SystemClock())
 
     def top10(self, tenant: str, user: str, questions: list[str]) -> list[list[str]]:
-        vectors = self.embedder.embed(questions)
+        vectors = self.embedder.embed_query(questions)
         return [[h.id for h in self.store.search(tenant, user, q, v, 10)] for q, v in zip(questions, vectors,
                                                                                              strict=True)]
 

@@ -28,7 +28,7 @@ QUERIES = ["tomatoes", "sister", "cello", "answers", "balcony Porto"]
 def top(settings: Settings, tenant: str, user: str) -> dict[str, list[str]]:
     store = open_store(settings, dim=EMB.dim, embedding_model=EMB.model_id)
     try:
-        return {q: [h.id for h in store.search(tenant, user, q, EMB.embed([q])[0], 10)] for q in QUERIES}
+        return {q: [h.id for h in store.search(tenant, user, q, EMB.embed_query([q])[0], 10)] for q in QUERIES}
     finally:
         store.close()
 

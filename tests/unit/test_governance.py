@@ -108,7 +108,7 @@ class Stack:
         return OperationLog(self.files).get(self.tenant, oid)
 
     def top(self, user: str, query: str, k: int = 10) -> list[str]:
-        return [h.id for h in self.store.search(self.tenant, user, query, EMB.embed([query])[0], k)]
+        return [h.id for h in self.store.search(self.tenant, user, query, EMB.embed_query([query])[0], k)]
 
 
 @pytest.fixture
