@@ -15,6 +15,7 @@ def test_the_core_imports_no_runtime() -> None:
     core = [
         "mnemoflow", "mnemoflow.memory.l0", "mnemoflow.offload.entries", "mnemoflow.offload.session_state",
         "mnemoflow.offload.canvas", "mnemoflow.replay", "mnemoflow.storage", "mnemoflow.capture", "mnemoflow.cli",
+        "mnemoflow.client", "mnemoflow.proxy.pipeline", "mnemoflow.proxy.answer",
     ]  # fmt: skip
     code = (
         "import sys\n"
