@@ -191,7 +191,12 @@ def test_long_term_memory_runs_on_milvus_in_the_full_stack(cluster: LocalCluster
         TurnIn(message_id=f"lt{i}", user=user, session="lt", role="user", content=text) for i, text in enumerate(said)
     ]
     with httpx.Client(base_url=cluster.api_url, headers=cluster.headers(), timeout=60) as api:
-        post_in_order(api, "/v1/turns", "turns", [turns], {}, time.monotonic())
+        acked: dict = {}
+        post_in_order(api, "/v1/turns", "turns", [turns], acked, time.monotonic())
+        deadline = time.monotonic() + 120  # in L0 first: an empty L0 would look settled to wait_l1
+        while sum(check_events(cluster.data_dir, acked).occurrences[k] for k in acked) < len(turns):
+            assert time.monotonic() < deadline, "the turns never reached L0"
+            time.sleep(0.5)
         _retry(lambda: api.post("/v1/sessions/lt/end", json={"user": user}), 202)
         snap, _, settled = wait_l1(cluster.data_dir, [user], timeout=180)
         assert settled and snap["live"] >= 3
