@@ -327,6 +327,7 @@ def start_local_ray(namespace: str, attempts: int = 4) -> None:
     for attempt in range(1, attempts + 1):
         try:
             ray.init(
+                address="local",  # our own Ray, even when another local Ray runs (ray.init would join that one)
                 num_cpus=2,
                 include_dashboard=False,
                 object_store_memory=100 * 1024 * 1024,
