@@ -113,10 +113,12 @@ def test_trajectory_replay_through_the_proxy(stack: Stack) -> None:
         for node in nodes:
             for drilled in api.node(SESSION, node):
                 assert drilled.raw == raw[drilled.entry.tool_call_id]
-        l0 = list(api.conversations(USER))
         sent = messages[: steps[-1]]  # the last answer of the recording is never sent: it is what the model says
         said = {text_of(m.get("content")).strip() for m in sent if m["role"] in ("user", "assistant")} - {""}
-        assert said <= {m.content for m in l0}, "every user and assistant text of the run is in L0"
+        # captures are published beside the requests: wait until the stream worker wrote the last of them
+        wait_for("every user and assistant text of the run in L0",
+                 lambda: said <= {m.content for m in api.conversations(USER)})  # fmt: skip
+        l0 = list(api.conversations(USER))
         api.end_session(SESSION, USER)
 
         def atoms() -> list:
