@@ -167,6 +167,7 @@ class LocalCluster:
     def _start_serve(self, bootstrap: str) -> str:
         from ray import serve
 
+        from mnemoflow.cli.stack import wait_live
         from serving.builder import applications
 
         assert self.settings is not None
@@ -177,7 +178,7 @@ class LocalCluster:
         for name, (app, prefix) in apps.items():
             serve.run(app, name=name, route_prefix=prefix)
         url = f"http://127.0.0.1:{port}"
-        self._wait_http(f"{url}/health/live", 120)
+        wait_live(url, timeout=120)
         return url
 
     def stop(self) -> None:
@@ -270,21 +271,6 @@ class LocalCluster:
                       if p.info["ppid"] in raylets and (p.info["cmdline"] or [""])[0].startswith(tag))  # fmt: skip
 
     # -- helpers -----------------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _wait_http(url: str, timeout: float) -> None:
-        import httpx
-
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                if httpx.get(url, timeout=5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{url} not answering after {timeout:.0f} s")
-            time.sleep(0.5)
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {KEY}"}

@@ -154,7 +154,7 @@ class Stack:
         for name, (app, prefix) in self._serve_apps.items():
             serve.run(app, name=name, route_prefix=prefix)
         url = f"http://{self.settings.api_host}:{port}"
-        _wait_live(url, timeout=60)
+        wait_live(url, timeout=60)
         return url
 
     def start_worker(self) -> None:
@@ -345,7 +345,7 @@ def start_local_ray(namespace: str, attempts: int = 4) -> None:
             time.sleep(3.0 * attempt)
 
 
-def _wait_live(url: str, timeout: float) -> None:
+def wait_live(url: str, timeout: float) -> None:
     """Until the API process answers (liveness): the worker is not started yet, so readiness cannot hold."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
