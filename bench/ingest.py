@@ -77,6 +77,12 @@ def stack_memory() -> tuple[float, float]:
     return memory_mib(tree_pids(os.getpid()))
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU of one process so far: the worker's share of a busy machine is read from it."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def count_lines(data_dir: Path) -> int:
     total = 0
     for path in data_dir.glob("bench/users/*/conversations/*.jsonl"):
@@ -163,9 +169,11 @@ def run_one(broker: str, n_kafka: int, n_api: int, measure_memory: bool, fsync: 
                 result["idle_rss_mib"], result["idle_pss_mib"] = stack_memory()
             base = count_lines(data_dir)
             batch = events(n_kafka, "k")
+            worker_cpu = cpu_seconds(stack.worker_pid)
             t0 = time.perf_counter()
             asyncio.run(produce(info.bootstrap, batch))
             result["kafka_to_l0"] = n_kafka / (wait_lines(data_dir, base + n_kafka, 600) - t0)
+            result["worker_cpu_s"] = cpu_seconds(stack.worker_pid) - worker_cpu
             if not n_api:
                 return result
             base = count_lines(data_dir)
@@ -198,6 +206,12 @@ def main() -> None:
         "kafka_to_l0_events_per_s": {"apache": round(apache["kafka_to_l0"]), "tansu": round(tansu["kafka_to_l0"])},
         "api_to_l0_events_per_s": {"apache": round(apache["api_to_l0"]), "tansu": round(tansu["api_to_l0"])},
         "kafka_to_l0_files_not_fsynced_events_per_s": {"apache": round(no_fsync["kafka_to_l0"])},
+        # Load-independent: events the worker captured per second of its own CPU (it is one process: one core).
+        "kafka_to_l0_events_per_worker_cpu_s": {
+            "apache": round(n_kafka / apache["worker_cpu_s"]),
+            "tansu": round(n_kafka / tansu["worker_cpu_s"]),
+        },
+        "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
         "idle_rss_mib": round(apache["idle_rss_mib"]),
         "loaded_rss_mib": round(apache["loaded_rss_mib"]),
         "idle_pss_mib": round(apache["idle_pss_mib"]),
@@ -219,6 +233,8 @@ def main() -> None:
         table.add_column(col)
     table.add_row("Kafka produce → L0 (events/s)", *map(str, results["kafka_to_l0_events_per_s"].values()))
     table.add_row("API submit → L0 (events/s)", *map(str, results["api_to_l0_events_per_s"].values()))
+    per_cpu = results["kafka_to_l0_events_per_worker_cpu_s"]
+    table.add_row("Kafka → L0 per second of worker CPU (events)", *map(str, per_cpu.values()))
     no_fsync_row = results["kafka_to_l0_files_not_fsynced_events_per_s"]["apache"]
     table.add_row("Kafka produce → L0, files not fsynced (events/s)", str(no_fsync_row), "")
     table.add_row("stack RSS idle / loaded (MiB)", f"{results['idle_rss_mib']} / {results['loaded_rss_mib']}", "")
