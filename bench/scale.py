@@ -44,6 +44,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_worker_niceness", "0")
 
+from bench.ingest import produce  # noqa: E402
 from mnemoflow.config import TOPIC_TURNS, WORKER_GROUP  # noqa: E402
 from mnemoflow.events import TurnEvent  # noqa: E402
 from tests.cluster import TENANT, ClusterShape, LocalCluster  # noqa: E402
@@ -77,18 +78,6 @@ def turns(tag: str, n: int, users: int, texts: list[str], start: datetime) -> li
         )  # fmt: skip
         for i in range(n)
     ]
-
-
-async def produce(bootstrap: str, events: list[TurnEvent]) -> None:
-    from aiokafka import AIOKafkaProducer
-
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_batch_size=256 * 1024)
-    await producer.start()
-    try:
-        sent = [await producer.send(TOPIC_TURNS, e.model_dump_json().encode(), key=e.key.encode()) for e in events]
-        await asyncio.gather(*sent)
-    finally:
-        await producer.stop()
 
 
 async def group_state(bootstrap: str) -> tuple[str, int]:
