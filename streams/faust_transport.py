@@ -73,11 +73,33 @@ class BatchDrainConsumer(aiokafka_driver.Consumer):
     async def _deliver(self, batch: AsyncIterator[tuple[TP, Any]]) -> None:
         """The body of faust's per-message loop, without the per-message ``wait_first``; records of a batch topic
         (:meth:`App.batch_agent`) are collected and handed to their handler once the fetch is iterated."""
+        batch_handlers = getattr(self.app, "batch_handlers", {})
+        collected: dict[str, list[Any]] = {}
+        try:
+            await self._iterate(batch, collected, batch_handlers)
+        except BaseException:
+            # A rebalance cancels the delivery mid-fetch: the records collected but not yet handed to a handler are
+            # neither handled nor acknowledged, and must not stay tracked, or the revocation's ``wait_empty`` waits
+            # for them forever (seen in a clean-clone run). Not acknowledged, they are fetched again.
+            self._untrack(collected)
+            raise
+        if collected:
+            # Shielded: a rebalance cancels the delivery, but a batch already handed to the writer finishes and is
+            # acknowledged (the revocation waits for it), as an agent's batch in flight did.
+            await asyncio.shield(self._handle_batches(collected, batch_handlers))
+
+    def _untrack(self, collected: dict[str, list[Any]]) -> None:
+        for messages in collected.values():
+            for message in messages:
+                if not message.acked:
+                    self._unacked_messages.discard(message)
+
+    async def _iterate(
+        self, batch: AsyncIterator[tuple[TP, Any]], collected: dict[str, list[Any]], batch_handlers: dict[str, Any]
+    ) -> None:
         callback = self.callback
         read_offset = self._read_offset
         acks_enabled_for = self.app.topics.acks_enabled_for
-        batch_handlers = getattr(self.app, "batch_handlers", {})
-        collected: dict[str, list[Any]] = {}
         since_yield = 0
         async for tp, message in batch:
             since_yield += 1
@@ -100,16 +122,16 @@ class BatchDrainConsumer(aiokafka_driver.Consumer):
             else:
                 await callback(message)
             read_offset[tp] = offset
-        if collected:
-            # Shielded: a rebalance cancels the delivery, but a batch already handed to the writer finishes and is
-            # acknowledged (the revocation waits for it), as an agent's batch in flight did.
-            await asyncio.shield(self._handle_batches(collected, batch_handlers))
 
     async def _handle_batches(self, collected: dict[str, list[Any]], handlers: dict[str, BatchHandler]) -> None:
-        for topic, messages in collected.items():
-            await handlers[topic](messages)
-            for message in messages:
-                self.ack(message)
+        try:
+            for topic, messages in collected.items():
+                await handlers[topic](messages)
+                for message in messages:
+                    self.ack(message)
+        except BaseException:
+            self._untrack(collected)  # the worker crashes on this; nothing may wait for these records meanwhile
+            raise
 
 
 class Transport(aiokafka_driver.Transport):
