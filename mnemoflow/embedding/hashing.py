@@ -14,6 +14,7 @@ import math
 from itertools import pairwise
 
 from mnemoflow.lexical import terms
+
 _BIGRAM_WEIGHT = 0.5
 """Bigrams add word order without drowning out the shared-word signal."""
 _EMPTY_FEATURE = "\x00empty"
