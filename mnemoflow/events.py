@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
-from mnemoflow.ids import SafeId
+from mnemoflow.ids import SafeId, WireId
 
 MAX_TEXT_CHARS = 256 * 1024  # one event must fit in a Kafka record (1 MB by default) even when JSON-escaped
 
@@ -52,10 +52,10 @@ class ToolResultIn(_Strict):
 
 
 class TurnEvent(_Strict):
-    tenant: SafeId
-    message_id: SafeId
-    user: SafeId
-    session: SafeId
+    tenant: WireId
+    message_id: WireId
+    user: WireId
+    session: WireId
     role: Literal["user", "assistant"]
     content: str
     ts: AwareDatetime
@@ -73,10 +73,10 @@ class TurnEvent(_Strict):
 
 
 class ToolResultEvent(_Strict):
-    tenant: SafeId
-    tool_call_id: SafeId
-    session: SafeId
-    user: SafeId | None = None
+    tenant: WireId
+    tool_call_id: WireId
+    session: WireId
+    user: WireId | None = None
     tool_name: str
     arguments: str
     content: str

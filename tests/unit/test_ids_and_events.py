@@ -3,10 +3,10 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from mnemoflow.events import ToolResultEvent, ToolResultIn, TurnEvent, TurnIn
-from mnemoflow.ids import check_id
+from mnemoflow.ids import WireId, check_id
 from mnemoflow.storage import Layout
 
 
@@ -24,6 +24,24 @@ def test_any_accepted_id_stays_inside_its_folder(raw: str) -> None:
         return
     path = Layout.ref("t", "s", safe)
     assert path.startswith("t/sessions/s/refs/") and path.count("/") == 4 and ".." not in path
+
+
+_WIRE = TypeAdapter(WireId)
+
+
+@given(st.text(alphabet="ab._:/@-\\\x00é ", max_size=8) | st.text(alphabet="a.", min_size=126, max_size=130))
+def test_an_id_on_a_topic_is_held_to_the_callers_rule(raw: str) -> None:
+    """WireId (checked in Rust, for the worker) and check_id (in Python, for the API) accept the same ids."""
+    try:
+        check_id(raw)
+        ok = True
+    except ValueError:
+        ok = False
+    try:
+        _WIRE.validate_python(raw)
+        assert ok, raw
+    except ValidationError:
+        assert not ok, raw
 
 
 def test_turn_event_takes_tenant_from_caller_and_time_from_server_when_absent() -> None:

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mnemoflow.events import TurnEvent
-from mnemoflow.memory.l0 import L0Writer, read_l0
+from mnemoflow.memory.l0 import L0Message, L0Writer, l0_line, read_l0
 from mnemoflow.storage import Layout, LocalFileStore
 
 T0 = datetime(2026, 3, 1, 23, 59, 58, tzinfo=UTC)
@@ -83,3 +83,19 @@ def test_any_redelivery_pattern_yields_each_id_once_in_first_seen_order(ids: lis
             writer.write([turn(i) for i in ids[start : start + 7]])
         expected = list(dict.fromkeys(f"m{i}" for i in ids))
         assert [m.id for m in read_l0(files, "t", "u1", limit=10_000)] == expected
+
+
+@given(
+    st.text(max_size=40),
+    st.sampled_from(["user", "assistant"]),
+    st.none() | st.text(min_size=1, max_size=20),
+    st.datetimes(timezones=st.timezones()),
+)
+@settings(max_examples=200)
+def test_the_writers_line_is_the_models_json_byte_for_byte(content: str, role: str, name: str | None,
+                                                          ts: datetime) -> None:  # fmt: skip
+    event = TurnEvent(tenant="t", message_id="m1", user="u", session="s", role=role, content=content, ts=ts, name=name)
+    line = l0_line(event)
+    message = L0Message(id="m1", session="s", role=role, content=content, ts=event.ts, name=name)
+    assert line == message.model_dump_json(exclude_none=True)
+    assert L0Message.model_validate_json(line) == message
