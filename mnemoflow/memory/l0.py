@@ -83,8 +83,10 @@ class L0Writer:
         """Append the events not yet in L0, in order; returns (written, skipped as already applied)."""
         batches: dict[str, list[str]] = {}
         skipped = 0
+        paths: dict[tuple[str, str, date], str] = {}  # a batch holds few users and days: build each path once
         for event in events:
-            path = Layout.conversation_day(event.tenant, event.user, event.ts.date())
+            where = (event.tenant, event.user, event.ts.date())
+            path = paths.get(where) or paths.setdefault(where, Layout.conversation_day(*where))
             ids = self._ids.get_or_load(path, self._load_ids)
             if event.message_id in ids:
                 skipped += 1
