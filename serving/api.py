@@ -34,6 +34,7 @@ from serving.routes_memory import memory_router
 from serving.routes_offload import offload_router
 from serving.routes_proxy import proxy_router
 from serving.security import BodyLimit, KeyRing, TenantGate
+from serving.ui import install_ui
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,7 @@ def create_api(
     app.include_router(memory_router(deps, gate))
     app.include_router(governance_router(deps, gate))
     app.include_router(proxy_router(deps, gate))
+    install_ui(app, deps, gate, checks)
 
     @app.get("/health/live")
     async def live() -> dict[str, str]:

@@ -9,13 +9,12 @@ from pydantic import BaseModel, Field
 
 from mnemoflow.client.models import DrilledEntry
 from mnemoflow.offload.annotations import annotated_entries, drill_down
-from mnemoflow.offload.canvas_update import canvas_path
+from mnemoflow.offload.canvas_update import canvas_names, canvas_path
 from mnemoflow.offload.compact import check_window
 from mnemoflow.offload.entries import OffloadEntry, read_ref
 from mnemoflow.offload.messages import validate
 from mnemoflow.offload.replies import CompactReply
 from mnemoflow.offload.session_state import SessionState
-from mnemoflow.storage import Layout
 from serving.deps import ApiDeps, PathId
 
 
@@ -71,8 +70,7 @@ def offload_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
     @router.get("/canvases")
     async def canvases(session: PathId, tenant: Tenant) -> list[str]:
         """The session's canvases, oldest first (``NNN-<label>.mmd``)."""
-        folder = f"{Layout.session_dir(tenant, session)}/canvases"
-        return [n for n in deps.files.list_dir(folder) if n.endswith(".mmd")]
+        return canvas_names(deps.files, tenant, session)
 
     @router.get("/canvases/{name}")
     async def canvas(session: PathId, name: PathId, tenant: Tenant) -> Response:

@@ -47,11 +47,14 @@ class TenantGate:
     limiter holds at most one bucket per configured tenant."""
 
     def __init__(self, keys: KeyRing, limiter: RateLimiter) -> None:
-        self._keys = keys
+        self.keys = keys
         self._limiter = limiter
 
     def __call__(self, request: Request) -> str:
-        tenant = self._keys(request)
+        return self.admit(self.keys(request))
+
+    def admit(self, tenant: str) -> str:
+        """The rate limit alone, for a tenant already resolved from a key (the dashboard's key is a cookie)."""
         wait = self._limiter.acquire(tenant)
         if wait > 0:
             limit, seconds = self._limiter.limit(tenant), retry_after(wait)

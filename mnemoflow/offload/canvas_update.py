@@ -48,6 +48,11 @@ def canvas_path(tenant: str, session: str, name: str) -> str:
     return f"{Layout.session_dir(tenant, session)}/canvases/{name}"
 
 
+def canvas_names(files: FileStore, tenant: str, session: str) -> list[str]:
+    """The session's canvases, oldest first (``NNN-<label>.mmd``)."""
+    return [n for n in files.list_dir(f"{Layout.session_dir(tenant, session)}/canvases") if n.endswith(".mmd")]
+
+
 def load_canvas(files: FileStore, tenant: str, session: str, name: str) -> Canvas | None:
     raw = files.read_bytes(canvas_path(tenant, session, name))
     return from_mermaid(raw.decode("utf-8")) if raw is not None else None

@@ -1,0 +1,178 @@
+"""The dashboard's pages. Each one reads through the same core functions as its JSON route (records and their
+filter, the recaller's drill-down, the scene refs, the annotated offload entries, the node drill-down), so what a
+person sees is what an agent gets."""
+
+import asyncio
+from collections.abc import Mapping
+from typing import Annotated
+from urllib.parse import parse_qs, urlencode
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import ValidationError
+
+from mnemoflow.errors import MnemoflowError
+from mnemoflow.governance.listing import AtomFilter, history, page
+from mnemoflow.health import Check, run_checks
+from mnemoflow.memory.persona import PersonaStore
+from mnemoflow.memory.records import RecordLog
+from mnemoflow.memory.scenes_drilldown import drill_down as scene_refs
+from mnemoflow.memory.scenes_paths import ScenePaths
+from mnemoflow.offload.annotations import annotated_entries, drill_down
+from mnemoflow.offload.canvas import from_mermaid
+from mnemoflow.offload.canvas_update import canvas_names, canvas_path
+from mnemoflow.offload.entries import read_ref
+from mnemoflow.storage import Layout
+from serving.deps import ApiDeps, PathId
+from serving.security import TenantGate
+from serving.ui.auth import COOKIE, LOGIN, UiGate, safe_next
+from serving.ui.templating import MERMAID_JS, STATIC
+from serving.ui.templating import page as render
+
+ATOMS_PER_PAGE = 50
+LISTED = 1000
+"""Users and sessions listed on the home page (the rest are counted)."""
+PREVIEW_CHARS = 4000
+"""Raw output shown beside each entry of a node; the ref page shows it whole."""
+FILTERS = ("text", "type", "min_priority", "max_priority", "scene", "created_after", "created_before")
+
+
+def _atom_filter(request: Request) -> tuple[AtomFilter, dict[str, str], str | None]:
+    """The filter form's values (blank fields dropped; a date alone means midnight UTC) → filter, echo, error."""
+    given = {k: v for k in FILTERS if (v := request.query_params.get(k, "").strip())}
+    parsed = {k: f"{v}T00:00:00+00:00" if k.startswith("created_") and len(v) == 10 else v for k, v in given.items()}
+    try:
+        return AtomFilter.model_validate(parsed), given, None
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        return AtomFilter(), given, problems
+
+
+def _text(raw: bytes | None) -> str | None:
+    """Raw output for display: undecodable bytes shown as U+FFFD (the byte-exact output is the JSON API's)."""
+    return raw.decode("utf-8", errors="replace") if raw is not None else None
+
+
+def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRouter:
+    router = APIRouter(prefix="/ui", include_in_schema=False)
+    Tenant = Annotated[str, Depends(gate)]
+    files = deps.files
+
+    def missing(tenant: str, what: str) -> HTMLResponse:
+        return render("missing.html", 404, tenant=tenant, what=what)
+
+    @router.get("/login")
+    async def login_form(next: str | None = None) -> HTMLResponse:
+        return render("login.html", next=safe_next(next), error=None)
+
+    @router.post("/login", response_model=None)
+    async def login(request: Request) -> HTMLResponse | RedirectResponse:
+        """The form posts the key; a known one is set as the cookie (parsed here: no form library needed)."""
+        form = {k: v[0] for k, v in parse_qs((await request.body()).decode("utf-8", errors="replace")).items()}
+        key, target = form.get("key", "").strip(), safe_next(form.get("next"))
+        if gate.tenant_for(key) is None:
+            return render("login.html", 401, next=target, error="unknown API key")
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(COOKIE, key, httponly=True, samesite="strict", path="/ui",
+                            secure=request.url.scheme == "https")  # fmt: skip
+        return response
+
+    @router.post("/logout")
+    async def logout() -> RedirectResponse:
+        response = RedirectResponse(LOGIN, status_code=303)
+        response.delete_cookie(COOKIE, path="/ui")
+        return response
+
+    @router.get("")
+    async def home(tenant: Tenant) -> HTMLResponse:
+        users = await asyncio.to_thread(files.list_dir, f"{tenant}/users")
+        sessions = await asyncio.to_thread(files.list_dir, f"{tenant}/sessions")
+        return render("home.html", tenant=tenant, users=users[:LISTED], n_users=len(users),
+                      sessions=sessions[:LISTED], n_sessions=len(sessions))  # fmt: skip
+
+    @router.get("/users/{user}")
+    async def user_page(user: PathId, request: Request, tenant: Tenant, cursor: str | None = None) -> HTMLResponse:
+        if not files.exists(Layout.user_dir(tenant, user)):
+            return missing(tenant, f"user {user}")
+        where, given, problem = _atom_filter(request)
+        records = await asyncio.to_thread(RecordLog(files, tenant, user).read, False)
+        try:
+            atoms = page(records, where, ATOMS_PER_PAGE, cursor)
+        except MnemoflowError as exc:
+            atoms, problem = page(records, where, ATOMS_PER_PAGE, None), str(exc)
+        scenes = []
+        for ref in await asyncio.to_thread(scene_refs, files, tenant, user):
+            body = files.read_bytes(f"{ScenePaths(tenant, user).scenes_dir}/{ref.filename}")
+            scenes.append((ref, _text(body) or ""))
+        more = urlencode({**given, "cursor": atoms.next_cursor}) if atoms.next_cursor else None
+        return render("user.html", tenant=tenant, user=user, persona=PersonaStore(files, tenant, user).read(),
+                      scenes=scenes, atoms=atoms.atoms, more=more, given=given, problem=problem,
+                      scene_names=sorted({r.scene_name for r in records if r.scene_name}))  # fmt: skip
+
+    @router.get("/users/{user}/atoms/{atom_id}")
+    async def atom_page(user: PathId, atom_id: PathId, tenant: Tenant) -> HTMLResponse:
+        """Atom → its record (even superseded) → the L0 messages it came from, and every version of it."""
+        found = await asyncio.to_thread((await deps.recaller()).drill_down, tenant, user, atom_id)
+        if found.record is None and not found.messages:
+            return missing(tenant, f"atom {atom_id} of user {user}")
+        versions = history(await asyncio.to_thread(RecordLog(files, tenant, user).read, False), atom_id)
+        return render("atom.html", tenant=tenant, user=user, atom_id=atom_id, record=found.record,
+                      messages=found.messages, versions=versions)  # fmt: skip
+
+    @router.get("/sessions/{session}")
+    async def session_page(session: PathId, tenant: Tenant) -> HTMLResponse:
+        """Canvases as Mermaid text (drawn in the browser) with their nodes, and the offload entries."""
+        if not files.exists(Layout.session_dir(tenant, session)):
+            return missing(tenant, f"session {session}")
+        canvases = []
+        for name in canvas_names(files, tenant, session):
+            text = _text(files.read_bytes(canvas_path(tenant, session, name))) or ""
+            try:
+                nodes = list(from_mermaid(text).nodes)
+            except (ValueError, MnemoflowError):  # drawn anyway; its nodes are still reachable from the entries
+                nodes = []
+            canvases.append((name, text, nodes))
+        entries = await asyncio.to_thread(annotated_entries, files, tenant, session)
+        return render("session.html", tenant=tenant, session=session, canvases=canvases, entries=entries,
+                      mermaid=MERMAID_JS.exists())  # fmt: skip
+
+    @router.get("/sessions/{session}/nodes/{node_id}")
+    async def node_page(session: PathId, node_id: PathId, tenant: Tenant) -> HTMLResponse:
+        """Canvas node → its offload entries → their raw outputs."""
+        found = await asyncio.to_thread(drill_down, files, tenant, session, node_id)
+        if not found:
+            return missing(tenant, f"entries of node {node_id} in session {session}")
+        shown = [(entry, _text(raw)) for entry, raw in found]
+        return render("node.html", tenant=tenant, session=session, node_id=node_id, found=shown,
+                      preview=PREVIEW_CHARS)  # fmt: skip
+
+    @router.get("/sessions/{session}/refs/{tool_call_id}")
+    async def ref_page(session: PathId, tool_call_id: PathId, tenant: Tenant) -> HTMLResponse:
+        raw = await asyncio.to_thread(read_ref, files, tenant, session, tool_call_id)
+        if raw is None:
+            return missing(tenant, f"raw output of {tool_call_id} in session {session}")
+        return render("ref.html", tenant=tenant, session=session, tool_call_id=tool_call_id, raw=_text(raw),
+                      size=len(raw))  # fmt: skip
+
+    @router.get("/health")
+    async def health_page(tenant: Tenant) -> HTMLResponse:
+        """``/health``'s checks, and this tenant's figures: users, sessions, live atoms in the index."""
+        report = await run_checks(checks, timeout=deps.settings.health_timeout_seconds)
+        users = await asyncio.to_thread(files.list_dir, f"{tenant}/users")
+        sessions = await asyncio.to_thread(files.list_dir, f"{tenant}/sessions")
+        try:
+            store = (await deps.recaller()).store
+            atoms: int | None = await asyncio.to_thread(store.count, tenant)
+        except MnemoflowError:
+            atoms = None
+        return render("health.html", tenant=tenant, report=report, users=len(users), sessions=len(sessions),
+                      atoms=atoms)  # fmt: skip
+
+    return router
+
+
+def install_ui(app: FastAPI, deps: ApiDeps, gate: TenantGate, checks: Mapping[str, Check]) -> None:
+    """Mount the dashboard's static files (its CSS and script, Mermaid's bundle) and its pages on ``app``."""
+    app.mount("/ui/static", StaticFiles(directory=STATIC), name="ui-static")
+    app.include_router(ui_router(deps, UiGate(gate), checks))
