@@ -7,19 +7,14 @@ INSTALLED := $(VENV)/.installed
 # llama-cpp-python ships only a source package: build its wheel once (~10 min on 2 cores) and keep it here.
 WHEELS ?= $(HOME)/.cache/mnemoflow-wheels
 LLAMA := llama-cpp-python==0.3.36
-MERMAID := tools/mermaid-check/node_modules/.installed
 # The embedded broker's Apache Kafka jars, resolved from Maven Central (the marker is fetch.sh's own).
 KAFKA := .cache/kafka/.complete
 
 .PHONY: install up test test-fast bench k8s-tools
 
 # tools/install.sh holds the steps, so that the Dockerfiles run exactly what CI runs.
-$(INSTALLED): pyproject.toml tools/install.sh
+$(INSTALLED): pyproject.toml tools/install.sh tools/mermaid-check/package-lock.json
 	PYTHON=$(PYTHON) VENV=$(VENV) WHEELS=$(WHEELS) LLAMA="$(LLAMA)" EXTRAS=dev EDITABLE=1 bash tools/install.sh
-	touch $@
-
-$(MERMAID): tools/mermaid-check/package-lock.json
-	npm ci --prefix tools/mermaid-check --no-audit --no-fund --loglevel=error
 	touch $@
 
 $(KAFKA): tools/kafka/pom.xml
@@ -35,7 +30,7 @@ up: install
 k8s-tools: $(INSTALLED)
 	PYTHON=$(BIN)/python bash tools/k8s/build.sh > /dev/null
 
-test: install $(MERMAID) k8s-tools
+test: install k8s-tools
 	$(BIN)/python -m pytest
 
 test-fast: $(INSTALLED)

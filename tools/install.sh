@@ -38,6 +38,34 @@ case ",$EXTRAS," in
     ;;
 esac
 
+# Mermaid from npm, pinned by tools/mermaid-check: its parser validates canvases in the tests, and its browser bundle
+# is copied into the package for the dashboard to serve (no CDN), so the Mermaid that checks them also draws them.
+# Needs npm and that folder; without them (the images) the dashboard shows canvases as Mermaid text.
+MERMAID_DIR=tools/mermaid-check
+if command -v npm > /dev/null && [[ -f "$MERMAID_DIR/package-lock.json" ]]; then
+  [[ "$MERMAID_DIR/node_modules/.installed" -nt "$MERMAID_DIR/package-lock.json" ]] || {
+    npm ci --prefix "$MERMAID_DIR" --no-audit --no-fund --loglevel=error
+    touch "$MERMAID_DIR/node_modules/.installed"
+  }
+  cp "$MERMAID_DIR/node_modules/mermaid/dist/mermaid.min.js" serving/ui/static/mermaid.min.js
+fi
+
+# The dashboard's browser test drives Debian's headless Chromium through Debian's chromedriver (nothing downloads a
+# browser or a driver). Installed with the test extras where apt-get can run (root, as in CI); elsewhere that test
+# is skipped and says why.
+case ",$EXTRAS," in
+  *,dev,*)
+    if ! command -v chromium > /dev/null || ! command -v chromedriver > /dev/null; then
+      if [[ "$(id -u)" == 0 ]] && command -v apt-get > /dev/null; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver > /dev/null
+      else
+        echo "install.sh: chromium and chromium-driver are missing (not root): the browser test will be skipped" >&2
+      fi
+    fi
+    ;;
+esac
+
 if [[ "$EDITABLE" == 1 ]]; then
   "$VENV/bin/pip" install "${pip_args[@]}" -e ".[$EXTRAS]"
 else
