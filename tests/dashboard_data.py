@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from mnemoflow.config import Settings
 from mnemoflow.embedding import HashingEmbedder
+from mnemoflow.errors import ServiceUnavailable
 from mnemoflow.events import TurnEvent
 from mnemoflow.memory.curation import Curator
 from mnemoflow.memory.l0 import L0Writer
@@ -86,5 +87,13 @@ def build(root: Path) -> Dashboard:
         asyncio.run(compact_session(files, "acme", SESSION, history, 200_000, clock=clock,
                                     writer=OffloadWriter(files)))  # fmt: skip
     settings = Settings(data_dir=root, api_keys={"acme": KEY, "other": OTHER_KEY})
-    app = create_api(settings, ListBus(), recaller_factory=lambda: Recaller(store=store, embedder=emb, files=files))
+
+    async def index() -> str:
+        return f"{store.count('acme')} rows of tenant acme"
+
+    async def broker() -> str:
+        raise ServiceUnavailable("no broker in this test")
+
+    app = create_api(settings, ListBus(), recaller_factory=lambda: Recaller(store=store, embedder=emb, files=files),
+                     health_checks=lambda deps: {"atom_index": index, "broker": broker})  # fmt: skip
     return Dashboard(app, settings, canvases=len(TASKS))

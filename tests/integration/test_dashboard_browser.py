@@ -120,7 +120,9 @@ def test_a_person_browses_memory_and_canvases(browser: WebDriver, tmp_path: Path
             drawn = {g.get_attribute("data-node") for g in svg.find_elements(By.CSS_SELECTOR, "g.node")}
             assert drawn == expected[article.get_attribute("data-canvas") or ""]
         no_script_ran(b)
-        shot(b, "06-session-canvases")
+        shot(b, "06-session")
+        for i, article in enumerate(articles, 1):
+            article.screenshot(str(SHOTS / f"06-canvas-{i}.png"))
 
         first = sorted(expected)[0]
         node_id = sorted(expected[first])[0]

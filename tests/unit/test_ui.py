@@ -88,5 +88,5 @@ def test_atom_filters_and_drill_down_to_l0(app) -> None:  # type: ignore[no-unty
 def test_health_page_and_static_assets(app) -> None:  # type: ignore[no-untyped-def]
     client = logged_in(app)
     page = client.get("/ui/health").text
-    assert 'id="health-status">ok' in page and "No checks configured" in page
+    assert 'id="health-status">degraded' in page and "no broker in this test" in page and "5 rows" in page
     assert client.get("/ui/static/ui.js").status_code == 200

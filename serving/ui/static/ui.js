@@ -5,7 +5,8 @@
 (async () => {
   const articles = [...document.querySelectorAll("article.canvas")];
   if (!window.mermaid || articles.length === 0) return;
-  mermaid.initialize({ startOnLoad: false, securityLevel: "strict", theme: "neutral" });
+  mermaid.initialize({ startOnLoad: false, securityLevel: "strict", theme: "neutral",
+                      flowchart: { wrappingWidth: 420 } });  // canvas labels carry a summary line
   let failed = false;
   for (const [i, article] of articles.entries()) {
     const source = article.querySelector("pre.mermaid");
