@@ -19,6 +19,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+from actors.metrics import ShardMetrics
 from mnemoflow.errors import InvalidInput
 from mnemoflow.offload.entries import OffloadEntry, read_entries
 from mnemoflow.offload.replies import CompactRefused, CompactReply
@@ -51,6 +52,7 @@ class SessionShard:
         self._sessions: OrderedDict[SessionKey, tuple[SessionState, float]] = OrderedDict()
         self._locks: dict[SessionKey, asyncio.Lock] = {}
         self._loads = 0
+        self._metrics = ShardMetrics(index)
 
     def _lock(self, key: SessionKey) -> asyncio.Lock:
         return self._locks.setdefault(key, asyncio.Lock())
@@ -63,6 +65,7 @@ class SessionShard:
             self._sessions.move_to_end(key)
             return self._sessions[key][0]
         self._loads += 1
+        self._metrics.loaded()
         return load_state(self._files, *key)
 
     def _put(self, key: SessionKey, state: SessionState) -> None:
@@ -71,12 +74,15 @@ class SessionShard:
         self._sessions.move_to_end(key)
         while self._sessions:
             oldest_key, (_, touched) = next(iter(self._sessions.items()))
-            if len(self._sessions) <= self._max_sessions and now - touched < self._idle_seconds:
+            full = len(self._sessions) > self._max_sessions
+            if not full and now - touched < self._idle_seconds:
                 break
             del self._sessions[oldest_key]  # saved on every change already: eviction only frees memory
+            self._metrics.evicted("full" if full else "idle")
             lock = self._locks.get(oldest_key)
             if lock is not None and not lock.locked():
                 del self._locks[oldest_key]
+        self._metrics.held(len(self._sessions))
 
     async def sync(self, updates: list[tuple[str, str, list[str], int]]) -> int:
         """Apply new offload entries: ``(tenant, session, entries as JSON, last seq of the log)`` per session.
@@ -127,6 +133,7 @@ class SessionShard:
         """
         key = (tenant, session)
         async with self._lock(key):
+            started = time.perf_counter()
             try:
                 result = await compact_session(
                     self._files, tenant, session, messages, window, clock=self._clock, llm=self._llm
@@ -135,6 +142,7 @@ class SessionShard:
                 return CompactRefused(reason=str(exc))
             finally:
                 self._sessions.pop(key, None)  # compact_session saved state.json: reload it on next use
+                self._metrics.compacted(time.perf_counter() - started)
             return CompactReply.of(result)
 
     def stats(self) -> dict[str, int]:

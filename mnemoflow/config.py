@@ -131,6 +131,11 @@ class Settings(BaseSettings):
     worker_session_timeout: float = Field(
         30.0, ge=6, description="Seconds before Kafka gives a dead worker's partitions to another (also a restart)."
     )
+    worker_metrics_host: str = Field("127.0.0.1", description="Where a worker serves its Prometheus /metrics.")
+    worker_metrics_port: int = Field(
+        9464, ge=0, le=65535, description="Port of a worker's /metrics (0: not served). A second worker "
+        "on one host finds it taken and runs without (logged); give each its own port there.",
+    )
 
     milvus_uri: str | None = Field(None, description="Milvus URI; None uses the embedded vector index.")
     embedder: Literal["e5", "minilm", "hashing", "openai"] = Field(

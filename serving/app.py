@@ -37,12 +37,13 @@ class ApiIngress:
     def _recaller(self) -> Any:
         """Recall in this replica: the embedder in-process, the atom index opened read-mostly (SQLite in WAL
         mode lets the extractor replica write while this one reads)."""
+        from actors.metrics import TimedIndex
         from mnemoflow.memory.recall import Recaller
         from mnemoflow.storage import LocalFileStore
         from mnemoflow.stores.factory import open_index
 
         embedder, store = open_index(self._settings)
-        return Recaller(store=store, embedder=embedder, files=LocalFileStore(self._settings.data_dir))
+        return Recaller(store=TimedIndex(store), embedder=embedder, files=LocalFileStore(self._settings.data_dir))
 
 
 def build_app(settings: Settings, bootstrap: str, replicas: int = 1) -> Any:

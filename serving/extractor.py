@@ -16,6 +16,7 @@ from typing import Any
 
 from ray import serve
 
+from actors.metrics import ExtractorMetrics, TimedIndex
 from mnemoflow.config import Settings
 from mnemoflow.governance.applier import OperationApplier, OperationReply
 from mnemoflow.governance.operations import OperationEvent
@@ -32,7 +33,8 @@ class ExtractorServer:
     def __init__(self, settings: Settings, max_batch_size: int = 16) -> None:
         keep_replica_on_loopback()
         self.run.set_max_batch_size(max_batch_size)  # 1 turns batching off (the benchmark compares both)
-        embedder, self.store = open_index(settings)
+        embedder, index = open_index(settings)
+        self.store = TimedIndex(index)
         from actors import llm_factory
 
         make_llm = llm_factory(settings)
@@ -45,6 +47,7 @@ class ExtractorServer:
         self._batch_sizes: deque[int] = deque(maxlen=1000)
         self._locks: dict[tuple[str, str], tuple[asyncio.Lock, list[int]]] = {}
         self._operations = _operation_applier(settings, self._pipeline, embedder, self.store)
+        self._metrics = ExtractorMetrics()
 
     @contextlib.asynccontextmanager
     async def _user(self, key: tuple[str, str]) -> AsyncIterator[None]:
@@ -61,7 +64,13 @@ class ExtractorServer:
 
     async def _locked_run(self, tenant: str, user: str) -> Any:
         async with self._user((tenant, user)):
-            return await self._pipeline.run(tenant, user)
+            try:
+                result = await self._pipeline.run(tenant, user)
+            except Exception:
+                self._metrics.ran(None, self._pipeline.deduper.stats)
+                raise
+            self._metrics.ran(result, self._pipeline.deduper.stats)
+            return result
 
     async def apply_operation(self, event: OperationEvent) -> OperationReply:
         """Apply one memory operation (the commands topic's worker calls it in partition order)."""
@@ -75,11 +84,16 @@ class ExtractorServer:
         if task is None:
             task = asyncio.ensure_future(self._locked_run(tenant, user))
             self._running[key] = task
-            task.add_done_callback(lambda _: self._running.pop(key, None))
+            self._metrics.running(len(self._running))
+            task.add_done_callback(lambda _: self._finished(key))
         try:
             return L1RunReply(ok=True, result=await asyncio.shield(task))
         except Exception as exc:  # reported to the job handler, which retries with backoff or parks it
             return L1RunReply.failed(exc)
+
+    def _finished(self, key: tuple[str, str]) -> None:
+        self._running.pop(key, None)
+        self._metrics.running(len(self._running))
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)
     async def run(self, requests: list[tuple[str, str]]) -> list[L1RunReply]:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from ray import serve
 
+from actors.metrics import LLMMetrics
 from mnemoflow.config import Settings
 from mnemoflow.errors import ConfigError
 from mnemoflow.llm.factory import build_llm
@@ -27,7 +28,7 @@ M = TypeVar("M", bound=BaseModel)
 class LLMServer:
     def __init__(self, settings: Settings) -> None:
         keep_replica_on_loopback()
-        engine = build_llm(settings)
+        engine = build_llm(settings, LLMUsage(on_record=LLMMetrics(settings.llm_engine).record))
         if engine is None:
             raise ConfigError("the llm deployment needs a model engine; llm_engine='heuristic' uses none")
         self._engine = engine

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import faust
@@ -46,8 +48,12 @@ from mnemoflow.ports import SystemClock
 from mnemoflow.retry import RetryPolicy
 from mnemoflow.storage import LocalFileStore
 from streams.faust_transport import App, RawBytes
+from streams.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
+
+LAG_INTERVAL_S = 5.0
+"""How often the consumer lag per partition is measured (a position look-up per assigned partition)."""
 
 
 def faust_broker_url(bootstrap: str) -> str:
@@ -67,8 +73,11 @@ def build_app(
     run_l1: L1Runner | None = None,
     l1_done: L1Done | None = None,
     apply_operation: ApplyOperation | None = None,
+    metrics: WorkerMetrics | None = None,
 ) -> faust.App:
-    """Faust app wired to the core. The callables reach the Ray actors and Serve deployments (None: not wired)."""
+    """Faust app wired to the core. The callables reach the Ray actors and Serve deployments (None: not wired).
+    ``metrics`` is counted whether or not anything serves it (the worker process does, on loopback)."""
+    metrics = metrics if metrics is not None else WorkerMetrics()
     app = App(
         WORKER_GROUP,  # the app id is the consumer group (health, KEDA and the assignor topic name it)
         broker=faust_broker_url(bootstrap),
@@ -106,6 +115,7 @@ def build_app(
         committed after this returns, so a parked record or a job must not live only in the producer's buffer."""
         pending = [await out[m.topic].send(key=m.key, value=m.value) for m in outcome.messages()]
         await asyncio.gather(*pending)
+        metrics.produced(outcome)
         for dead in outcome.parked:
             log.error("parked %s[%s]@%s key=%s: %s", dead.topic, dead.partition, dead.offset, dead.key, dead.reason)
 
@@ -115,11 +125,20 @@ def build_app(
         for handler in (on_turns, on_tool_results, on_jobs):
             await handler.forget()
 
+    async def handled(
+        topic: str, records: Sequence[Any], handle: Callable[[list[RawRecord]], Awaitable[Outcome]]
+    ) -> None:
+        """Handle a batch, produce its outcome, and count both (the latency includes the produce's acks)."""
+        started = time.perf_counter()
+        outcome = await handle([raw_record(r) for r in records])
+        await produce(outcome)
+        metrics.batch(topic, len(records), outcome, time.perf_counter() - started)
+
     async def capture_turns(messages: list[Any]) -> None:
-        await produce(await on_turns.handle([raw_record(m) for m in messages]))
+        await handled(TOPIC_TURNS, messages, on_turns.handle)
 
     async def offload_tool_results(messages: list[Any]) -> None:
-        await produce(await on_tool_results.handle([raw_record(m) for m in messages]))
+        await handled(TOPIC_TOOL_RESULTS, messages, on_tool_results.handle)
 
     app.batch_agent(turns, capture_turns)
     app.batch_agent(tool_results, offload_tool_results)
@@ -127,12 +146,26 @@ def build_app(
     @app.agent(jobs, name="run-l1-jobs")
     async def run_jobs(stream: faust.StreamT) -> None:
         async for events in stream.take_events(64, within=0.2):
-            await produce(await on_jobs.handle([raw_record(ev) for ev in events]))
+            await handled(TOPIC_JOBS, [ev.message for ev in events], on_jobs.handle)
 
     @app.agent(commands, name="apply-operations")
     async def apply_operations(stream: faust.StreamT) -> None:
         async for events in stream.take_events(64, within=0.05):
-            await produce(await on_commands.handle([raw_record(ev) for ev in events]))
+            await handled(TOPIC_COMMANDS, [ev.message for ev in events], on_commands.handle)
+
+    @app.timer(interval=LAG_INTERVAL_S)
+    async def measure_lag() -> None:
+        consumer = app.consumer
+        lags: dict[tuple[str, int], int] = {}
+        try:
+            for tp in consumer.assignment():
+                high, position = consumer.highwater(tp), await consumer.position(tp)
+                if high is not None and position is not None:
+                    lags[(tp.topic, tp.partition)] = max(0, high - position)
+        except Exception as exc:  # noqa: BLE001 - a rebalance took a partition mid-walk: the next tick measures
+            log.debug("consumer lag not measured: %s", exc)
+            return
+        metrics.set_lag(lags)
 
     if settings.retention:
         sweeper = RetentionSweeper(ctx, files, settings.retention)

@@ -13,6 +13,7 @@ import faust
 from mnemoflow.config import Settings
 from mnemoflow.errors import ConfigError
 from streams.app import build_app
+from streams.metrics import WorkerMetrics, serve_metrics
 
 
 def main() -> None:
@@ -28,8 +29,10 @@ def main() -> None:
         extractor = ExtractorClient()
         run_l1, apply_operation = extractor.run, extractor.apply_operation
         l1_done = CuratorClient(settings.curator_shards, settings.ray_namespace).after_l1
-    app = build_app(settings, settings.kafka_bootstrap, notify, run_l1, l1_done, apply_operation)
+    metrics = WorkerMetrics()
+    app = build_app(settings, settings.kafka_bootstrap, notify, run_l1, l1_done, apply_operation, metrics)
     logging.getLogger("mnemoflow").setLevel(logging.INFO)
+    serve_metrics(metrics, settings.worker_metrics_host, settings.worker_metrics_port)
     worker = faust.Worker(app, loglevel="WARNING", override_logging=True)
     worker.execute_from_commandline()
 

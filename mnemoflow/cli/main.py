@@ -115,6 +115,8 @@ def _print_up(stack: Stack, info: StackInfo) -> None:
     table.add_row("Ray", info.ray_address)
     table.add_row("API", f"{info.api_url}  (docs: {info.api_url}/docs)")
     table.add_row("Faust worker", f"pid {info.worker_pid}, log {stack.log_dir / 'worker.log'}")
+    for plane, url in stack.metrics_urls():
+        table.add_row(f"Metrics: {plane}", url)
     table.add_row("Data", str(info.data_dir))
     key_file = info.data_dir / "api-key"
     table.add_row("API key", str(key_file) if key_file.exists() else "from settings")

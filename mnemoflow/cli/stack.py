@@ -177,6 +177,21 @@ class Stack:
                 self._worker.wait()
             self._worker = None
 
+    def metrics_urls(self) -> list[tuple[str, str]]:
+        """Where each plane's Prometheus text is scraped: the API (its requests), the Faust worker (its topics; not
+        served with ``worker_metrics_port`` 0), and each Ray node's metrics agent (actors and Serve replicas)."""
+        import ray
+
+        urls = [("api", f"{self.info.api_url}/metrics")] if self.info else []
+        if self.settings.worker_metrics_port:
+            host, port = self.settings.worker_metrics_host, self.settings.worker_metrics_port
+            urls.append(("worker", f"http://{host}:{port}/metrics"))
+        for node in ray.nodes():
+            if node["Alive"]:
+                urls.append((f"ray node {node['NodeID'][:8]}",
+                             f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"))  # fmt: skip
+        return urls
+
     @property
     def worker_pid(self) -> int | None:
         return self._worker.pid if self._worker else None

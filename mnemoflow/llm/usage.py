@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 
@@ -55,10 +56,12 @@ class StageTotals:
 class LLMUsage:
     """Records every call; keeps per-stage totals forever and the last ``keep`` call records.
 
-    Thread-safe, because Serve replicas and benchmark threads may share one recorder.
+    Thread-safe, because Serve replicas and benchmark threads may share one recorder. ``on_record`` is also told
+    each call (outside the lock): the runtime's metrics read calls here without the core knowing about them.
     """
 
-    def __init__(self, keep: int = 1000) -> None:
+    def __init__(self, keep: int = 1000, on_record: Callable[[CallRecord], None] | None = None) -> None:
+        self._on_record = on_record
         self._lock = threading.Lock()
         self._stages: dict[str, StageTotals] = {}
         self._recent: deque[CallRecord] = deque(maxlen=keep)
@@ -67,6 +70,8 @@ class LLMUsage:
         with self._lock:
             self._stages.setdefault(record.stage, StageTotals()).add(record)
             self._recent.append(record)
+        if self._on_record is not None:
+            self._on_record(record)
 
     def stage(self, name: str) -> StageTotals:
         """A copy of the totals of one stage (zeros if the stage never ran)."""

@@ -19,6 +19,7 @@ from mnemoflow.config import Settings
 from mnemoflow.memory.l0 import read_l0
 from mnemoflow.offload.entries import read_entries, read_ref
 from mnemoflow.storage import LocalFileStore
+from streams.broker import free_port
 from streams.broker_kafka import EmbeddedKafka
 
 pytestmark = pytest.mark.integration
@@ -65,6 +66,7 @@ def stack(apache_kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory)
         turns_partitions=8,
         worker_batch_size=50,  # small batches: a SIGKILL lands between many commits
         worker_session_timeout=8,
+        worker_metrics_port=free_port(),  # not the default: another stack may run on this host
     )
     st = Stack(settings)
     st.start()
@@ -293,3 +295,150 @@ def test_a_record_that_cannot_parse_is_parked_with_its_reason_and_blocks_nothing
     while read_l0(files, TENANT, "user-0", limit=10_000)[-1].id != "after-garbage" and time.monotonic() < deadline:
         time.sleep(0.3)
     assert read_l0(files, TENANT, "user-0", limit=10_000)[-1].id == "after-garbage"
+
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(url: str) -> Samples:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(url, timeout=10).text
+    return {(sample.name, frozenset(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}  # fmt: skip
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    """The sum over every series of ``name`` whose labels include ``labels`` (Ray adds worker and node labels)."""
+    want = set(labels.items())
+    return sum(value for (n, have), value in samples.items() if n == name and want <= have)
+
+
+def delta(after: Samples, before: Samples, name: str, **labels: str) -> float:
+    return total(after, name, **labels) - total(before, name, **labels)
+
+
+RAY_SERIES = ("ray_mnemoflow_shard_sessions_loaded_total", "ray_mnemoflow_shard_compaction_seconds_count",
+              "ray_mnemoflow_l1_runs_total", "ray_mnemoflow_l1_atoms_total", "ray_mnemoflow_l1_dedup_decisions_total",
+              "ray_mnemoflow_index_search_seconds_count")  # fmt: skip
+
+
+def ray_at_rest(url: str, timeout: float = 90) -> Samples:
+    """Ray's agent exports every few seconds: the scrape once two scrapes 12 s apart agree on our series."""
+    deadline = time.monotonic() + timeout
+    last = scrape(url)
+    while time.monotonic() < deadline:
+        time.sleep(12)
+        now = scrape(url)
+        if all(total(now, name) == total(last, name) for name in RAY_SERIES):
+            return now
+        last = now
+    raise AssertionError("Ray's metrics kept moving while nothing ran")
+
+
+def l1_settled(files: LocalFileStore, users: list[str], timeout: float = 180) -> None:
+    from mnemoflow.memory.l1_state import load_triggers
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(not (s := load_triggers(files, TENANT, u)).pending and not s.running for u in users):
+            return
+        time.sleep(0.5)
+    raise AssertionError("L1 did not settle")
+
+
+FACTS = ["I love hiking in the mountains", "My favourite drink is green tea", "I work as a data engineer",
+         "My sister lives in Porto", "I am allergic to peanuts", "I play the cello on Sundays"]  # fmt: skip
+
+
+def test_each_plane_counts_what_a_replay_did(stack: Stack, api: httpx.Client) -> None:
+    """Scrape the worker, the API and Ray's metrics agent around a small known replay: the counters move by what it
+    did (N turns applied, then N skipped when replayed; M tool results; one compaction; the L1 passes and atoms)."""
+    from actors import ShardClient
+    from mnemoflow.memory.records import RecordLog
+
+    files = LocalFileStore(stack.settings.data_dir)
+    urls = dict(stack.metrics_urls())
+    assert set(urls) >= {"api", "worker"} and urls["worker"].startswith("http://127.0.0.1:"), urls
+    [ray_url] = [url for plane, url in urls.items() if plane.startswith("ray node")]
+    users = stack.settings.data_dir / TENANT / "users"
+    l1_settled(files, sorted(p.name for p in users.iterdir()) if users.is_dir() else [])
+    ray_before = ray_at_rest(ray_url)
+    worker_before, api_before = scrape(urls["worker"]), scrape(urls["api"])
+
+    user, session = "metrics-ana", "metrics-sess"
+    turns = [{"message_id": f"{user}-m{k}", "user": user, "session": f"{user}-chat", "role": "user", "content": fact}
+             for k, fact in enumerate(FACTS * 2)]  # fmt: skip
+    results = [{"tool_call_id": f"{session}-call_{k}", "session": session, "tool_name": "execute_bash",
+                "arguments": {"command": f"ls {k}"}, "content": f"file-{k}\n" * 50} for k in range(5)]  # fmt: skip
+    assert api.post("/v1/turns", json={"turns": turns}).status_code == 202
+    assert api.post("/v1/tool-results", json={"results": results}).status_code == 202
+    deadline = time.monotonic() + 120
+    while (len(read_l0(files, TENANT, user, limit=100)), len(read_entries(files, TENANT, session))) != (12, 5):
+        assert time.monotonic() < deadline, "the replay did not land"
+        time.sleep(0.3)
+    assert api.post("/v1/turns", json={"turns": turns}).status_code == 202  # replayed: skipped, nothing written
+    assert api.post(f"/v1/sessions/{user}-chat/end", json={"user": user}).status_code == 202
+    window = {"messages": [{"role": "user", "content": "what is in the folder?"}], "window": 8192}
+    assert api.post(f"/v1/sessions/{session}/compact", json=window).status_code == 200
+
+    turns_topic, results_topic = "mnemoflow.turns", "mnemoflow.tool-results"
+    deadline = time.monotonic() + 60
+    while delta(worker := scrape(urls["worker"]), worker_before, "mnemoflow_worker_events_consumed_total",
+                topic=turns_topic) < 2 * len(turns):  # fmt: skip
+        assert time.monotonic() < deadline, "the replayed turns were not consumed"
+        time.sleep(0.5)
+    l1_settled(files, [user])
+    worker = scrape(urls["worker"])
+
+    def moved(name: str, **labels: str) -> float:
+        return delta(worker, worker_before, name, **labels)
+
+    assert moved("mnemoflow_worker_events_consumed_total", topic=turns_topic) == 24
+    assert moved("mnemoflow_worker_events_applied_total", topic=turns_topic) == 12
+    assert moved("mnemoflow_worker_events_skipped_total", topic=turns_topic) == 12
+    assert moved("mnemoflow_worker_events_consumed_total", topic=results_topic) == 5
+    assert moved("mnemoflow_worker_events_applied_total", topic=results_topic) == 5
+    assert moved("mnemoflow_worker_events_skipped_total", topic=results_topic) == 0
+    assert moved("mnemoflow_worker_events_dead_lettered_total") == 0
+    assert moved("mnemoflow_worker_batch_seconds_count", topic=turns_topic) >= 2  # the replay is a later fetch
+    assert moved("mnemoflow_worker_l1_jobs_published_total") >= 1
+    runs_ok = moved("mnemoflow_worker_l1_runs_total", result="ok")
+    assert runs_ok >= 1 and moved("mnemoflow_worker_l1_runs_total", result="failed") == 0
+    lag = {dict(labels)["partition"] for (name, labels), _ in worker.items()
+           if name == "mnemoflow_worker_consumer_lag" and dict(labels)["topic"] == turns_topic}  # fmt: skip
+    assert lag == {str(p) for p in range(stack.settings.turns_partitions)}  # one worker owns every partition
+
+    api_after = scrape(urls["api"])
+    assert delta(api_after, api_before, "mnemoflow_events_submitted_total", kind="turn") == 24
+    assert delta(api_after, api_before, "mnemoflow_events_submitted_total", kind="tool_result") == 5
+    assert delta(api_after, api_before, "mnemoflow_api_latency_seconds_count", route="/v1/turns") == 2
+
+    records = RecordLog(files, TENANT, user).read(live_only=False)
+    shard = str(ShardClient(stack.settings).index_for(TENANT, session))
+    deadline = time.monotonic() + 90
+    while True:  # Ray's agent exports every few seconds
+        ray_after = scrape(ray_url)
+        written = sum(delta(ray_after, ray_before, "ray_mnemoflow_l1_atoms_total", action=a)
+                      for a in ("stored", "updated", "merged"))  # fmt: skip
+        seen = (
+            delta(ray_after, ray_before, "ray_mnemoflow_shard_compaction_seconds_count", shard=shard),
+            delta(ray_after, ray_before, "ray_mnemoflow_l1_runs_total", result="ok"),
+            written,
+        )
+        if seen == (1, runs_ok, len(records)) or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert seen == (1, runs_ok, len(records)), seen  # one compaction; both planes count the same passes and atoms
+    assert records, "the heuristic extractor kept no fact"
+
+    def ray_moved(name: str, **labels: str) -> float:
+        return delta(ray_after, ray_before, f"ray_{name}", **labels)
+
+    assert ray_moved("mnemoflow_shard_compaction_seconds_count") == 1  # on the session's shard only
+    loaded = ray_moved("mnemoflow_shard_sessions_loaded_total", shard=shard)
+    assert loaded >= 1 and ray_moved("mnemoflow_shard_sessions_loaded_total") == loaded
+    assert ray_moved("mnemoflow_l1_runs_total", result="failed") == 0
+    atoms = written + ray_moved("mnemoflow_l1_atoms_total", action="skipped")
+    assert ray_moved("mnemoflow_l1_dedup_decisions_total") == atoms  # one decision per atom of a pass
+    assert ray_moved("mnemoflow_index_search_seconds_count") >= 1  # dedup looks up candidates

@@ -1,0 +1,106 @@
+"""Prometheus metrics of one Faust worker, read from the typed outcomes the handlers return.
+
+Why here and not in the handlers: the core stays runtime-free; an outcome already says what a batch did, so the
+wiring counts it after it has produced the outcome's messages. One registry per worker (not prometheus_client's
+global one), served on loopback by :func:`serve_metrics`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from mnemoflow.handlers import JobsOutcome, Outcome, ToolResultsOutcome, TurnsOutcome
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchTally:
+    """What one batch of ``consumed`` records of a topic came to. ``dead`` counts the batch's own records parked
+    (a job the L1 handler parks after failed passes is not one of its records, but is counted too: it went to
+    the dead letters from this topic)."""
+
+    applied: int
+    skipped: int
+    dead: int
+
+
+def tally(consumed: int, outcome: Outcome) -> BatchTally:
+    """Turns say what they wrote and skipped; tool results what entries they added (the rest were known ids or
+    an erased session's); jobs and operations count a record applied unless it was parked."""
+    dead = len(outcome.parked)
+    if isinstance(outcome, TurnsOutcome):
+        return BatchTally(outcome.written, outcome.skipped, dead)
+    if isinstance(outcome, ToolResultsOutcome):
+        applied = sum(len(append.new_entries) for append in outcome.appended)
+        return BatchTally(applied, max(0, consumed - applied - dead), dead)
+    return BatchTally(max(0, consumed - dead), 0, dead)
+
+
+class WorkerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.consumed = Counter(
+            "mnemoflow_worker_events_consumed", "Records handed to a handler", ["topic"], registry=r
+        )
+        self.applied = Counter("mnemoflow_worker_events_applied", "Records whose effect was written", ["topic"],
+                               registry=r)  # fmt: skip
+        self.skipped = Counter("mnemoflow_worker_events_skipped",
+                               "Records already applied (re-deliveries, known ids, erased users)", ["topic"],
+                               registry=r)  # fmt: skip
+        self.dead = Counter("mnemoflow_worker_events_dead_lettered", "Records parked on mnemoflow.dead-letters",
+                            ["topic"], registry=r)  # fmt: skip
+        self.batch_seconds = Histogram("mnemoflow_worker_batch_seconds",
+                                       "A batch from its handler's start to its outcome produced", ["topic"],
+                                       registry=r)  # fmt: skip
+        self.jobs_published = Counter("mnemoflow_worker_l1_jobs_published", "L1 jobs put on mnemoflow.jobs",
+                                      registry=r)  # fmt: skip
+        self.l1_runs = Counter("mnemoflow_worker_l1_runs", "L1 passes the job handler ran, by result", ["result"],
+                               registry=r)  # fmt: skip
+        self.lag = Gauge("mnemoflow_worker_consumer_lag",
+                         "Records in an assigned partition past this worker's fetch position (highwater - position)",
+                         ["topic", "partition"], registry=r)  # fmt: skip
+
+    def batch(self, topic: str, consumed: int, outcome: Outcome, seconds: float) -> None:
+        counts = tally(consumed, outcome)
+        self.consumed.labels(topic).inc(consumed)
+        self.applied.labels(topic).inc(counts.applied)
+        self.skipped.labels(topic).inc(counts.skipped)
+        self.dead.labels(topic).inc(counts.dead)
+        self.batch_seconds.labels(topic).observe(seconds)
+
+    def produced(self, outcome: Outcome) -> None:
+        """Jobs published (by any handler or the trigger timer) and the results of the L1 passes run."""
+        self.jobs_published.inc(len(outcome.jobs))
+        runs = outcome.runs.values() if isinstance(outcome, JobsOutcome) else ()
+        for replies in runs:
+            for reply in replies:
+                self.l1_runs.labels("ok" if reply.ok else "failed").inc()
+
+    def set_lag(self, lags: dict[tuple[str, int], int]) -> None:
+        """The lag of the partitions assigned now; partitions handed to another worker disappear."""
+        self.lag.clear()
+        for (topic, partition), lag in lags.items():
+            self.lag.labels(topic, str(partition)).set(lag)
+
+
+def serve_metrics(metrics: WorkerMetrics, host: str, port: int) -> int | None:
+    """Serve ``/metrics`` on ``host:port`` in a daemon thread; the port bound, or None (``port`` 0, or taken).
+
+    A port already taken (a second worker on one host with the same setting) is logged, not fatal: the worker's
+    job is the stream, and metrics are not worth stopping it for.
+    """
+    if not port:
+        return None
+    try:
+        server, _ = start_http_server(port, addr=host, registry=metrics.registry)
+    except OSError as exc:
+        log.error("worker metrics not served on %s:%d: %s", host, port, exc)
+        return None
+    bound = int(server.server_address[1])
+    log.info("worker metrics on http://%s:%d/metrics", host, bound)
+    return bound
