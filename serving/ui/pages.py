@@ -31,6 +31,8 @@ from serving.ui.templating import MERMAID_JS, STATIC
 from serving.ui.templating import page as render
 
 ATOMS_PER_PAGE = 50
+RANKED = 20
+"""Atoms a ranked search shows (``memory_search``'s own bound)."""
 LISTED = 1000
 """Users and sessions listed on the home page (the rest are counted)."""
 PREVIEW_CHARS = 4000
@@ -92,7 +94,9 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
                       sessions=sessions[:LISTED], n_sessions=len(sessions))  # fmt: skip
 
     @router.get("/users/{user}")
-    async def user_page(user: PathId, request: Request, tenant: Tenant, cursor: str | None = None) -> HTMLResponse:
+    async def user_page(user: PathId, request: Request, tenant: Tenant, cursor: str | None = None,
+                        ranked: bool = False) -> HTMLResponse:
+        """Persona, scenes, and the live atoms: filtered (every word), or ranked by hybrid search like recall."""
         if not files.exists(Layout.user_dir(tenant, user)):
             return missing(tenant, f"user {user}")
         where, given, problem = _atom_filter(request)
@@ -105,10 +109,17 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
         for ref in await asyncio.to_thread(scene_refs, files, tenant, user):
             body = files.read_bytes(f"{ScenePaths(tenant, user).scenes_dir}/{ref.filename}")
             scenes.append((ref, _text(body) or ""))
+        shown, scores = atoms.atoms, {}
         more = urlencode({**given, "cursor": atoms.next_cursor}) if atoms.next_cursor else None
+        if ranked and where.text:  # as an agent's memory_search ranks them, then the other filters
+            hits = await asyncio.to_thread((await deps.recaller()).memory_search, tenant, user, where.text,
+                                           RANKED, where.type)  # fmt: skip
+            by_id, rest = {r.id: r for r in records}, where.model_copy(update={"text": None})
+            shown = [by_id[h.id] for h in hits if h.id in by_id and by_id[h.id].live and rest.matches(by_id[h.id])]
+            scores, more = {h.id: h.score for h in hits}, None
         return render("user.html", tenant=tenant, user=user, persona=PersonaStore(files, tenant, user).read(),
-                      scenes=scenes, atoms=atoms.atoms, more=more, given=given, problem=problem,
-                      scene_names=sorted({r.scene_name for r in records if r.scene_name}))  # fmt: skip
+                      scenes=scenes, atoms=shown, scores=scores, ranked=ranked, more=more, given=given,
+                      problem=problem, scene_names=sorted({r.scene_name for r in records if r.scene_name}))  # fmt: skip
 
     @router.get("/users/{user}/atoms/{atom_id}")
     async def atom_page(user: PathId, atom_id: PathId, tenant: Tenant) -> HTMLResponse:

@@ -90,3 +90,12 @@ def test_health_page_and_static_assets(app) -> None:  # type: ignore[no-untyped-
     page = client.get("/ui/health").text
     assert 'id="health-status">degraded' in page and "no broker in this test" in page and "5 rows" in page
     assert client.get("/ui/static/ui.js").status_code == 200
+
+
+def test_ranked_search_orders_atoms_like_recall(app) -> None:  # type: ignore[no-untyped-def]
+    client = logged_in(app)
+    query = {"text": "french language"}
+    assert "No atoms match." in client.get(f"/ui/users/{USER}", params=query).text  # not every word occurs
+    ranked = client.get(f"/ui/users/{USER}", params={**query, "ranked": "true"}).text
+    texts = re.findall(r'<td class="text">([^<]*)</td>', ranked)
+    assert texts[0] == "Please always answer in French." and "<th>score</th>" in ranked
