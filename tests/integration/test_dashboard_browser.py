@@ -9,7 +9,6 @@ step land in ``tests/artifacts/ui/`` (CI keeps that folder). Waits are on condit
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,8 +41,8 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 
 @pytest.fixture
-def browser() -> Iterator[WebDriver]:
-    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never fetch a driver or a browser
+def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[WebDriver]:
+    monkeypatch.setenv("SE_OFFLINE", "true")  # Selenium Manager must never fetch a driver or a browser
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM  # type: ignore[assignment]
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
