@@ -46,7 +46,7 @@ def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[WebDriver]:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM  # type: ignore[assignment]
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1400,1600", "--no-first-run", "--disable-extensions"):  # fmt: skip
+                "--window-size=1400,2000", "--no-first-run", "--disable-extensions"):  # fmt: skip
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
