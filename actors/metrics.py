@@ -10,7 +10,7 @@ what the core already returns (a pass's ``L1RunResult``, the deduper's ``DedupSt
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
+from dataclasses import replace
 from typing import Any
 
 from ray.util.metrics import Counter, Gauge, Histogram
@@ -28,6 +28,11 @@ GATE_DECISIONS = {
 }
 """DedupStats fields by the decision they count: the similarity gate skipped or stored the atom, or left it open to
 the judge, or to the extraction reply that decided it. One decision per atom of a pass."""
+
+
+def decisions_since(seen: DedupStats, now: DedupStats) -> dict[str, int]:
+    """Dedup decisions made between two readings of the deduper's running totals, by decision."""
+    return {decision: getattr(now, field) - getattr(seen, field) for field, decision in GATE_DECISIONS.items()}
 
 
 def _add(counter: Counter, value: float, tags: dict[str, str]) -> None:
@@ -71,10 +76,15 @@ class ExtractorMetrics:
                              "Dedup decisions per atom: the similarity gate's skip or store, else the judge's or the "
                              "extraction reply's",
                              tag_keys=("decision",))  # fmt: skip
+        self._rows = Gauge("mnemoflow_index_rows", "Atoms in the index, per tenant, after the last pass or operation",
+                           tag_keys=("tenant",))  # fmt: skip
         self._seen = DedupStats()
 
     def running(self, runs: int) -> None:
         self._running.set(runs)
+
+    def rows(self, tenant: str, rows: int) -> None:
+        self._rows.set(rows, tags={"tenant": tenant})
 
     def ran(self, result: L1RunResult | None, stats: DedupStats) -> None:
         """One pass: ``result`` None when it failed. ``stats`` are the deduper's running totals; what they gained
@@ -83,10 +93,9 @@ class ExtractorMetrics:
         if result is not None:
             for action in ("stored", "updated", "merged", "skipped"):
                 _add(self._atoms, getattr(result, action), {"action": action})
-        now = asdict(stats)
-        for field, decision in GATE_DECISIONS.items():
-            _add(self._gate, now[field] - getattr(self._seen, field), {"decision": decision})
-        self._seen = DedupStats(**now)
+        for decision, made in decisions_since(self._seen, stats).items():
+            _add(self._gate, made, {"decision": decision})
+        self._seen = replace(stats)
 
 
 class LLMMetrics:

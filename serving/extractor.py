@@ -70,13 +70,16 @@ class ExtractorServer:
                 self._metrics.ran(None, self._pipeline.deduper.stats)
                 raise
             self._metrics.ran(result, self._pipeline.deduper.stats)
+            self._metrics.rows(tenant, self.store.count(tenant))
             return result
 
     async def apply_operation(self, event: OperationEvent) -> OperationReply:
         """Apply one memory operation (the commands topic's worker calls it in partition order)."""
         scope = event.key.split("/", 1)[1]
         async with self._user((event.tenant, scope)):
-            return await self._operations.apply(event)
+            reply = await self._operations.apply(event)
+            self._metrics.rows(event.tenant, self.store.count(event.tenant))
+            return reply
 
     async def _run_user(self, tenant: str, user: str) -> L1RunReply:
         key = (tenant, user)

@@ -205,7 +205,8 @@ class LocalCluster:
 
     def start_worker(self, index: int) -> int:
         assert self.settings is not None
-        env = {**os.environ, **self.settings.to_env()}
+        # Each worker its own metrics port: on one host, a shared one would be served by the first worker only.
+        env = {**os.environ, **self.settings.to_env(), "MNEMOFLOW_WORKER_METRICS_PORT": str(free_port())}
         cmd = [sys.executable, "-m", "streams.worker", "worker", "--loglevel", "warning"]
         self.workers[index] = spawn(cmd, self.log_dir / f"worker-{index}.log", env=env)
         return self.workers[index].pid

@@ -442,3 +442,5 @@ def test_each_plane_counts_what_a_replay_did(stack: Stack, api: httpx.Client) ->
     atoms = written + ray_moved("mnemoflow_l1_atoms_total", action="skipped")
     assert ray_moved("mnemoflow_l1_dedup_decisions_total") == atoms  # one decision per atom of a pass
     assert ray_moved("mnemoflow_index_search_seconds_count") >= 1  # dedup looks up candidates
+    live = sum(len(RecordLog(files, TENANT, p.name).read()) for p in users.iterdir())
+    assert total(ray_after, "ray_mnemoflow_index_rows", tenant=TENANT) == live  # the index holds the live atoms

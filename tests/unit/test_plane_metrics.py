@@ -6,9 +6,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from actors.metrics import TimedIndex
+from actors.metrics import TimedIndex, decisions_since
 from mnemoflow.handlers import DeadLetter, JobsOutcome, Outcome, RawRecord, ToolResultsOutcome, TurnsOutcome
 from mnemoflow.llm.usage import CallRecord, LLMUsage
+from mnemoflow.memory.dedup import DedupStats
 from mnemoflow.memory.l1_pipeline import L1RunReply, L1RunResult
 from mnemoflow.memory.l1_schedule import L1Job
 from mnemoflow.offload.entries import SessionAppend
@@ -103,3 +104,9 @@ def test_timed_index_answers_like_the_index() -> None:
     timed = TimedIndex(Index())
     assert timed.search("acme", "ana", "tea", [0.1], k=3) == ["acme/ana/tea/3"]
     assert timed.count("acme") == 7 and timed.embedding_model == "hashing"
+
+
+def test_dedup_decisions_are_counted_as_the_gain_since_the_last_reading() -> None:
+    seen = DedupStats(gated_skip=2, gated_store=1, judged=4)
+    now = DedupStats(gated_skip=5, gated_store=1, judged=6, decided_in_extraction=1, judge_calls=9)
+    assert decisions_since(seen, now) == {"skip": 3, "store": 0, "judged": 2, "extraction": 1}
