@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,6 +16,7 @@ from mnemoflow.embedding.hashing import HashingEmbedder
 from mnemoflow.errors import StructuredOutputError
 from mnemoflow.ports.llm import ChatMessage
 from mnemoflow.testing import FakeOpenAIServer, FakeReply
+from tests.prometheus import ray_metrics_url, scrape, total
 from tests.services import asgi_server
 
 pytestmark = pytest.mark.integration
@@ -71,9 +73,9 @@ def test_llm_deployment_returns_validated_objects_and_retries_in_the_replica(ser
     from serving.llm import ServeLLM, build_llm_app
 
     _ship_this_module_by_value()
-    fake = FakeOpenAIServer([FakeReply('{"content": "likes tea", "tags": ["a", "b", "c", "d"]}'),
-                             FakeReply('{"content": "likes tea", "tags": ["drink"]}'),
-                             FakeReply("not json"), FakeReply("still not json")])  # fmt: skip
+    fake = FakeOpenAIServer([FakeReply('{"content": "likes tea", "tags": ["a", "b", "c", "d"]}', 11, 7),
+                             FakeReply('{"content": "likes tea", "tags": ["drink"]}', 13, 5),
+                             FakeReply("not json", 17, 2), FakeReply("still not json", 19, 3)])  # fmt: skip
     with asgi_server(fake) as url:
         settings = Settings(llm_engine="openai", llm_url=url, llm_model="m")
         llm = ServeLLM(serve.run(build_llm_app(settings), name="llm", route_prefix=None))
@@ -86,6 +88,23 @@ def test_llm_deployment_returns_validated_objects_and_retries_in_the_replica(ser
             asyncio.run(llm.complete(messages, Fact, max_tokens=64, stage="l1"))
     totals = llm.usage.stages()["l1"]
     assert (totals.calls, totals.ok, totals.failed) == (2, 1, 1)
+
+    # The replica's engine counted the same calls into Ray's metrics, tokens of every attempt included.
+    url, tags = ray_metrics_url(), {"stage": "l1", "engine": "openai"}
+    series = [("ray_mnemoflow_llm_calls_total", {"result": "ok"}),
+              ("ray_mnemoflow_llm_calls_total", {"result": "failed"}),
+              ("ray_mnemoflow_llm_tokens_total", {"kind": "prompt"}),
+              ("ray_mnemoflow_llm_tokens_total", {"kind": "completion"}),
+              ("ray_mnemoflow_llm_latency_seconds_count", {})]  # fmt: skip
+    want = [1, 1, 11 + 13 + 17 + 19, 7 + 5 + 2 + 3, 2]
+    deadline = time.monotonic() + 60
+    while True:  # Ray's agent exports every few seconds
+        samples = scrape(url)
+        got = [total(samples, name, **tags, **labels) for name, labels in series]
+        if got == want or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert got == want, list(zip(series, got, strict=True))
 
 
 def test_extractor_batches_concurrent_users_and_stores_their_atoms(serve_instance: None, tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from mnemoflow.offload.entries import read_entries, read_ref
 from mnemoflow.storage import LocalFileStore
 from streams.broker import free_port
 from streams.broker_kafka import EmbeddedKafka
+from tests.prometheus import Samples, delta, scrape, total
 
 pytestmark = pytest.mark.integration
 
@@ -297,27 +298,6 @@ def test_a_record_that_cannot_parse_is_parked_with_its_reason_and_blocks_nothing
     assert read_l0(files, TENANT, "user-0", limit=10_000)[-1].id == "after-garbage"
 
 
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def scrape(url: str) -> Samples:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = httpx.get(url, timeout=10).text
-    return {(sample.name, frozenset(sample.labels.items())): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}  # fmt: skip
-
-
-def total(samples: Samples, name: str, **labels: str) -> float:
-    """The sum over every series of ``name`` whose labels include ``labels`` (Ray adds worker and node labels)."""
-    want = set(labels.items())
-    return sum(value for (n, have), value in samples.items() if n == name and want <= have)
-
-
-def delta(after: Samples, before: Samples, name: str, **labels: str) -> float:
-    return total(after, name, **labels) - total(before, name, **labels)
-
-
 RAY_SERIES = ("ray_mnemoflow_shard_sessions_loaded_total", "ray_mnemoflow_shard_compaction_seconds_count",
               "ray_mnemoflow_l1_runs_total", "ray_mnemoflow_l1_atoms_total", "ray_mnemoflow_l1_dedup_decisions_total",
               "ray_mnemoflow_index_search_seconds_count")  # fmt: skip
@@ -336,15 +316,18 @@ def ray_at_rest(url: str, timeout: float = 90) -> Samples:
     raise AssertionError("Ray's metrics kept moving while nothing ran")
 
 
-def l1_settled(files: LocalFileStore, users: list[str], timeout: float = 180) -> None:
+def l1_settled(files: LocalFileStore, users: list[str], pending_too: bool, timeout: float = 180) -> None:
+    """No L1 pass running for these users; with ``pending_too``, no turn left to extract either (a session end
+    extracts them all; otherwise turns short of the next trigger wait for the idle timeout)."""
     from mnemoflow.memory.l1_state import load_triggers
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if all(not (s := load_triggers(files, TENANT, u)).pending and not s.running for u in users):
+        states = [load_triggers(files, TENANT, u) for u in users]
+        if all(not s.running and not (pending_too and s.pending) for s in states):
             return
         time.sleep(0.5)
-    raise AssertionError("L1 did not settle")
+    raise AssertionError(f"L1 did not settle: {states}")
 
 
 FACTS = ["I love hiking in the mountains", "My favourite drink is green tea", "I work as a data engineer",
@@ -362,8 +345,8 @@ def test_each_plane_counts_what_a_replay_did(stack: Stack, api: httpx.Client) ->
     assert set(urls) >= {"api", "worker"} and urls["worker"].startswith("http://127.0.0.1:"), urls
     [ray_url] = [url for plane, url in urls.items() if plane.startswith("ray node")]
     users = stack.settings.data_dir / TENANT / "users"
-    l1_settled(files, sorted(p.name for p in users.iterdir()) if users.is_dir() else [])
-    ray_before = ray_at_rest(ray_url)
+    l1_settled(files, sorted(p.name for p in users.iterdir()) if users.is_dir() else [], pending_too=False)
+    ray_before = ray_at_rest(ray_url)  # and no pass ran for 12 s: none is queued either
     worker_before, api_before = scrape(urls["worker"]), scrape(urls["api"])
 
     user, session = "metrics-ana", "metrics-sess"
@@ -388,7 +371,7 @@ def test_each_plane_counts_what_a_replay_did(stack: Stack, api: httpx.Client) ->
                 topic=turns_topic) < 2 * len(turns):  # fmt: skip
         assert time.monotonic() < deadline, "the replayed turns were not consumed"
         time.sleep(0.5)
-    l1_settled(files, [user])
+    l1_settled(files, [user], pending_too=True)
     worker = scrape(urls["worker"])
 
     def moved(name: str, **labels: str) -> float:
