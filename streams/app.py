@@ -60,9 +60,8 @@ def faust_broker_url(bootstrap: str) -> str:
     return ";".join(f"kafka://{host.strip()}" for host in bootstrap.split(","))
 
 
-def raw_record(record: Any) -> RawRecord:
-    """A faust ``Message`` (batch topics) or an agent's event (whose ``message`` it is) as a RawRecord."""
-    message = getattr(record, "message", record)
+def raw_record(message: Any) -> RawRecord:
+    """A faust ``Message`` (a batch topic's record, or an agent event's ``message``) as a RawRecord."""
     return RawRecord(message.value or b"", message.key, message.topic, message.partition, message.offset)
 
 
