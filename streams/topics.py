@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 from mnemoflow.config import (
     TOPIC_COMMANDS,
@@ -15,6 +16,9 @@ from mnemoflow.config import (
     Settings,
 )
 from mnemoflow.errors import ServiceUnavailable
+
+if TYPE_CHECKING:
+    from aiokafka.admin import AIOKafkaAdminClient
 
 log = logging.getLogger(__name__)
 
@@ -52,5 +56,31 @@ async def ensure_topics(bootstrap: str, settings: Settings, timeout: float = 60.
         if new:
             await admin.create_topics(new)
             log.info("created topics %s", ", ".join(f"{t.name}({t.num_partitions})" for t in new))
+        kept = [name for name in wanted if name in existing]
+        if kept:
+            await _match_partitions(admin, {name: wanted[name] for name in kept}, deadline)
     finally:
         await admin.close()
+
+
+async def _match_partitions(admin: AIOKafkaAdminClient, wanted: dict[str, int], deadline: float) -> None:
+    """Grow a topic that has fewer partitions than the settings ask for (``session_shards`` raised on a running
+    deployment): the API sends each session's tool results to the partition of its shard, and a partition that does
+    not exist would refuse every one of them. Kafka cannot shrink a topic; one with more partitions than asked for
+    works (the extra partitions stay unused by the shard routing), so it is only logged."""
+    from aiokafka.admin import NewPartitions
+
+    have = {t["topic"]: len(t["partitions"]) for t in await admin.describe_topics(list(wanted))}
+    grow = {name: NewPartitions(total_count=n) for name, n in wanted.items() if have.get(name, n) < n}
+    if grow:
+        await admin.create_partitions(grow)
+        log.warning("grew topics %s (sessions and users move to the partitions of their new shards)",
+                    ", ".join(f"{name} {have[name]}->{p.total_count}" for name, p in grow.items()))  # fmt: skip
+        while any(len(t["partitions"]) < wanted[t["topic"]] for t in await admin.describe_topics(list(grow))):
+            if asyncio.get_running_loop().time() > deadline:  # the new partitions reach the metadata a moment later
+                raise ServiceUnavailable(f"Kafka did not show the new partitions of {', '.join(grow)} in time")
+            await asyncio.sleep(0.2)
+    for name, n in wanted.items():
+        if have.get(name, n) > n:
+            log.warning("topic %s has %d partitions, settings ask for %d: the extra ones stay unused", name,
+                        have[name], n)  # fmt: skip

@@ -42,8 +42,11 @@ class _TmpPathFactory(Protocol):
 def apache_kafka_session(tmp_path_factory: _TmpPathFactory) -> Iterator[EmbeddedKafka]:
     """Generator body for a session-scoped pytest fixture: one broker per run.
 
-    Starting a JVM broker costs seconds, so the whole session shares one; tests isolate themselves by using
-    unique topic and group names. Test data is throwaway, so the broker skips the per-batch fsync.
+    Starting a JVM broker costs seconds, so the whole session shares one. Raw clients use unique topic and group
+    names; stacks (one per module, one after another) share mnemoflow's topics and consumer group, each with its
+    own data directory, so a module must not assume empty topics, and a module asking for more session shards
+    grows the tool-results topic (``streams.topics.ensure_topics``). Test data is throwaway, so the broker skips
+    the per-batch fsync.
     """
     workdir = tmp_path_factory.mktemp("apache-kafka")
     kafka = EmbeddedKafka(workdir, ensure_kafka_jars(), heap_mb=512, fsync_each_batch=False, auto_create_topics=True)

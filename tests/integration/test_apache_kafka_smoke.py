@@ -11,6 +11,7 @@ import asyncio
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +100,30 @@ def test_produce_and_consume_keeps_per_key_order(kafka: EmbeddedKafka) -> None:
     for key, value in got:
         actual[key].append(value)
     assert actual == expected
+
+
+async def _partitions(bootstrap: str, topic: str) -> int:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return len((await admin.describe_topics([topic]))[0]["partitions"])
+    finally:
+        await admin.close()
+
+
+def test_topics_grow_with_the_session_shards_and_never_shrink(kafka: EmbeddedKafka, tmp_path: Path) -> None:
+    """A stack started again with more session shards must get a tool-results partition for each shard: the API
+    routes a session's results to its shard's partition, and a missing one refused them all (503)."""
+    from mnemoflow.config import TOPIC_TOOL_RESULTS, Settings
+    from streams.topics import ensure_topics
+
+    def ensure(shards: int) -> int:
+        settings = Settings(data_dir=tmp_path, kafka_bootstrap=kafka.bootstrap, session_shards=shards)
+        asyncio.run(ensure_topics(kafka.bootstrap, settings))
+        return asyncio.run(_partitions(kafka.bootstrap, TOPIC_TOOL_RESULTS))
+
+    assert ensure(2) == 2
+    assert ensure(4) == 4
+    assert ensure(2) == 4  # Kafka cannot shrink a topic: the extra partitions stay, unused by the shard routing
