@@ -4,10 +4,13 @@
 fakes in unit tests) and turns an OpenAI chat request into the array to forward plus response headers that say
 what happened. Forwarding itself (HTTP, streaming) is the serving layer's job.
 
-Order: capture is published beside the request (nothing in it waits for its own capture); recall, then
-compaction to the window less the answer's reserve and the recall it will carry; recall is injected into the
-compacted array. Recall runs once per user turn: the tool steps
-that follow reuse it, so the prompt prefix stays byte-identical between them. The whole memory side has a time
+Order: capture is published beside the request (nothing in it waits for its own capture); recall and compaction
+run at once, so a request waits for the slower of the two, not their sum. Compaction cannot wait for recall's
+size, so its budget is the window less the answer's reserve and a recall reserve (``proxy_recall_reserve``); a
+recall larger than that reserve has the array compacted again to the exact room, so the prompt always fits.
+Recall is injected into the compacted array. A recall is reused by the tool steps of the same user turn while
+the user's memory is unchanged (:meth:`MemorySide.recall_version`), so their prompt prefix stays byte-identical;
+any write to the memory recall reads makes the next request recall again. The whole memory side has a time
 budget; past it, or on a memory error, the request goes upstream untouched (``proxy_fail_open``) and the
 ``x-mnemoflow-memory`` header says why.
 """
@@ -39,6 +42,7 @@ from mnemoflow.replay import safe_id
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+U = TypeVar("U")
 
 Message = dict[str, Any]
 USER_HEADER, SESSION_HEADER, WINDOW_HEADER = "x-mnemoflow-user", "x-mnemoflow-session", "x-mnemoflow-window"
@@ -100,6 +104,11 @@ class MemorySide(Protocol):
 
     async def recall(self, tenant: str, user: str, query: str) -> RecallResult: ...
 
+    async def recall_version(self, tenant: str, user: str) -> str | None:
+        """A token that changes with every write to what recall reads for this user (atom index, persona,
+        scenes). Read before a recall, it says whether that recall may be reused; None: never reuse."""
+        ...
+
     async def compact(self, tenant: str, session: str, messages: list[Message], window: int) -> CompactReply: ...
 
 
@@ -127,7 +136,7 @@ class MemoryProxy:
         self._captures = captures
         self._settings = settings
         self._clock = clock
-        self._recalls: LRU[tuple[str, str], tuple[str, RecallResult]] = LRU(recall_cache)
+        self._recalls: LRU[tuple[str, str], _KeptRecall] = LRU(recall_cache)
         self._tasks: set[asyncio.Future[None]] = set()
 
     def prompt_budget(self, body: ChatRequest, window: int) -> int:
@@ -174,16 +183,19 @@ class MemoryProxy:
         out.headers["x-mnemoflow-captured"] = (
             f"turns={len(plan.turns)}; tool_results={len(plan.results)}; too_large={plan.skipped}"
         )
-        recall = await _timed(out, "recall", self._recall(tenant, ident, body.messages))
+        recalling = _timed(out, "recall", self._recall(tenant, ident, body.messages))
         messages = body.messages
-        extra = recall_tokens(recall) if recall else 0
         if ident.window is None:
+            recall = await recalling
             out.headers["x-mnemoflow-compaction"] = f"off; no window known for model {body.model[:80]}"
         else:
-            budget = self.prompt_budget(body, ident.window) - extra
-            if budget <= 0:
-                raise InvalidInput(f"window {ident.window} leaves no room for the prompt after the answer's reserve")
-            reply = await _timed(out, "compact", self._memory.compact(tenant, ident.session, messages, budget))
+            prompt = self.prompt_budget(body, ident.window)
+            reserve = max(0, min(self._settings.proxy_recall_reserve, prompt // 2))  # small windows: half at most
+            compacting = self._compact(out, "compact", tenant, ident, messages, prompt - reserve)
+            recall, reply = await _both(recalling, compacting)
+            extra = recall_tokens(recall) if recall else 0
+            if extra > reserve:  # rare: a long persona or navigation; the prompt must still fit the window
+                reply = await self._compact(out, "compact_again", tenant, ident, messages, prompt - extra)
             messages = reply.messages
             out.headers.update({
                 "x-mnemoflow-compaction": reply.level,
@@ -196,6 +208,13 @@ class MemoryProxy:
             out.headers["x-mnemoflow-recalled"] = str(len(recall.hits))
             out.headers["x-mnemoflow-recall-ids"] = ",".join(h.id for h in recall.hits[:20])
         out.messages = messages
+
+    async def _compact(
+        self, out: Prepared, stage: str, tenant: str, ident: Identity, messages: list[Message], budget: int
+    ) -> CompactReply:
+        if budget <= 0:
+            raise InvalidInput(f"window {ident.window} leaves no room for the prompt after the answer's reserve")
+        return await _timed(out, stage, self._memory.compact(tenant, ident.session, messages, budget))
 
     def _background(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
@@ -213,18 +232,22 @@ class MemoryProxy:
             log.warning("proxy capture failed in %s/%s (retried next request): %r", tenant, session, exc)
 
     async def _recall(self, tenant: str, ident: Identity, messages: list[Message]) -> RecallResult | None:
-        """Recall for the latest user message, once per user turn (the tool steps after it reuse the result)."""
+        """Recall for the latest user message. The tool steps of the same user turn reuse it while the user's
+        memory has not changed since (its version is read before recalling, so a write during the recall only
+        makes the next request recall again)."""
         i = last_user(messages)
         query = text_of(messages[i].get("content")).strip() if i is not None else ""
         if not query:
             return None
-        key, mark = (tenant, ident.session), fingerprint(messages[i])
-        cached = self._recalls.pop(key)
-        if cached is not None and cached[0] == mark:
-            self._recalls.put(key, cached)
-            return cached[1]
+        key, turn = (tenant, ident.session), fingerprint(messages[i])
+        version = await self._memory.recall_version(tenant, ident.user)
+        kept = self._recalls.pop(key)
+        if kept is not None and version is not None and (kept.turn, kept.version) == (turn, version):
+            self._recalls.put(key, kept)
+            return kept.result
         result = await self._memory.recall(tenant, ident.user, query)
-        self._recalls.put(key, (mark, result))
+        if version is not None:
+            self._recalls.put(key, _KeptRecall(turn, version, result))
         return result
 
     async def capture_answer(self, tenant: str, prepared: Prepared, sent: list[Message], text: str) -> bool:
@@ -239,6 +262,27 @@ class MemoryProxy:
             log.warning("proxy could not capture the answer in %s/%s: %r", tenant, prepared.identity.session, exc)
             return False
         return True
+
+
+@dataclass(frozen=True)
+class _KeptRecall:
+    """A session's last recall: for which user message, at which version of the user's memory."""
+
+    turn: str
+    version: str
+    result: RecallResult
+
+
+async def _both(first: Awaitable[T], second: Awaitable[U]) -> tuple[T, U]:
+    """Run both at once; when one fails, the other is cancelled rather than left running unowned."""
+    a, b = asyncio.ensure_future(first), asyncio.ensure_future(second)
+    try:
+        await asyncio.gather(a, b)
+    except BaseException:
+        a.cancel()
+        b.cancel()
+        raise
+    return a.result(), b.result()
 
 
 async def _timed(out: Prepared, stage: str, work: Awaitable[T]) -> T:

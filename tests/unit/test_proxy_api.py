@@ -20,6 +20,7 @@ from mnemoflow.events import TurnEvent
 from mnemoflow.memory.l0 import L0Writer
 from mnemoflow.memory.l1_heuristic import HeuristicExtractor, HeuristicJudge
 from mnemoflow.memory.l1_pipeline import L1Pipeline
+from mnemoflow.memory.persona import PersonaStore
 from mnemoflow.memory.recall import Recaller
 from mnemoflow.offload.replies import CompactReply
 from mnemoflow.storage import LocalFileStore
@@ -49,6 +50,17 @@ class Stack:
         self._files, self._store = files, store
         self._delay = compact_delay
         self._settings = {"data_dir": tmp_path, "api_keys": {"acme": "key-acme"}, **settings}
+
+    @property
+    def files(self) -> LocalFileStore:
+        return self._files
+
+    def learn(self, said: str) -> None:
+        """A new user turn in L0 and an L1 pass over it: the atom index gets a new atom, as the extractor does."""
+        L0Writer(self._files).write([TurnEvent(tenant="acme", message_id=f"m-{len(said)}", user="ana", session="old",
+                                               role="user", content=said, ts=T0)])  # fmt: skip
+        asyncio.run(L1Pipeline(files=self._files, store=self._store, embedder=EMB, extractor=HeuristicExtractor(),
+                               judge=HeuristicJudge(), clock=ManualClock(T0)).run("acme", "ana"))  # fmt: skip
 
     async def compact(self, tenant: str, session: str, messages: list[dict[str, Any]], window: int) -> CompactReply:
         await asyncio.sleep(self._delay)
@@ -112,6 +124,24 @@ def test_capture_recall_compaction_and_an_unchanged_answer(stack: Stack) -> None
             time.sleep(0.02)
         assert [t["content"] for t in stack.turns() if t["role"] == "assistant"] == ["Bonjour Ana.", "Bonjour Ana."]
         assert len({t["message_id"] for t in stack.turns() if t["role"] == "assistant"}) == 1  # one message in L0
+
+
+def test_a_write_between_two_identical_requests_reaches_the_second_prompt(stack: Stack) -> None:
+    """The tool steps of one user turn reuse its recall only while the user's memory is unchanged: a new atom
+    that matches, or a new persona, is in the very next prompt."""
+    for client in stack.run():
+        client.chat.completions.create(model="stub", messages=CONVERSATION)
+        first = stack.upstream.state.received[-1]["messages"]
+        client.chat.completions.create(model="stub", messages=CONVERSATION)
+        assert stack.upstream.state.received[-1]["messages"] == first  # nothing written: the same recall
+        stack.learn("I switched to almond milk last week")
+        client.chat.completions.create(model="stub", messages=CONVERSATION)
+        after_atom = stack.upstream.state.received[-1]["messages"]
+        assert "almond milk" in after_atom[-1]["content"] and "almond milk" not in first[-1]["content"]
+        PersonaStore(stack.files, "acme", "ana").write("Ana is a chemist who answers in French.", {})
+        client.chat.completions.create(model="stub", messages=CONVERSATION)
+        after_persona = stack.upstream.state.received[-1]["messages"]
+        assert "Ana is a chemist" in after_persona[0]["content"] and "Ana is a chemist" not in first[0]["content"]
 
 
 def test_streaming_passes_chunks_through_and_captures_the_answer(stack: Stack) -> None:

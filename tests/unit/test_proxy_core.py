@@ -1,5 +1,6 @@
 """The proxy's runtime-free parts: idempotent capture ids, recall injection, identity, the streamed answer."""
 
+import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -8,10 +9,11 @@ import pytest
 from mnemoflow.config import Settings
 from mnemoflow.errors import InvalidInput
 from mnemoflow.memory.recall import RecallResult
+from mnemoflow.offload.replies import CompactReply
 from mnemoflow.proxy.answer import StreamedAnswer, answer_text
 from mnemoflow.proxy.capture import CaptureLog, answer_turn, plan_capture
-from mnemoflow.proxy.inject import inject_recall
-from mnemoflow.proxy.pipeline import ChatRequest, identify
+from mnemoflow.proxy.inject import inject_recall, recall_tokens
+from mnemoflow.proxy.pipeline import ChatRequest, MemoryProxy, Prepared, identify
 from mnemoflow.storage import LocalFileStore
 
 NOW = datetime(2026, 5, 1, 12, tzinfo=UTC)
@@ -116,15 +118,14 @@ class FlakyMemory:
     async def recall(self, tenant: str, user: str, query: str) -> RecallResult:
         return RecallResult(prepend_context="", system_context="", hits=[], persona="")
 
+    async def recall_version(self, tenant: str, user: str) -> str | None:
+        return None
+
     async def compact(self, tenant: str, session: str, messages: list, window: int) -> object:
         raise AssertionError("no window is configured: compaction must not run")
 
 
 def test_a_failed_capture_does_not_fail_the_request_and_is_published_again(tmp_path: Path) -> None:
-    import asyncio
-
-    from mnemoflow.proxy.pipeline import MemoryProxy
-
     memory = FlakyMemory()
     proxy = MemoryProxy(memory, CaptureLog(LocalFileStore(tmp_path, fsync=False)), Settings(), clock=lambda: NOW)
     body = ChatRequest(model="m", messages=ARRAY[:2])
@@ -139,3 +140,82 @@ def test_a_failed_capture_does_not_fail_the_request_and_is_published_again(tmp_p
 
     assert asyncio.run(twice()) == ["ok", "ok"]
     assert len(memory.published) == 1 and len(memory.published[0]) == 1  # the retry published the user turn
+
+
+class ScriptedMemory:
+    """A memory side that records what compaction was asked and when; recall waits until compaction has started,
+    so a proxy that ran them one after the other would never finish."""
+
+    def __init__(self, recall: RecallResult, concurrent: bool = True) -> None:
+        self.result = recall
+        self.version: str | None = "v1"
+        self.recalls = 0
+        self.budgets: list[int] = []
+        self._concurrent = concurrent
+        self._compacting = asyncio.Event()
+
+    async def publish(self, tenant: str, turns: list, results: list) -> None:
+        return None
+
+    async def recall_version(self, tenant: str, user: str) -> str | None:
+        return self.version
+
+    async def recall(self, tenant: str, user: str, query: str) -> RecallResult:
+        self.recalls += 1
+        if self._concurrent:
+            await asyncio.wait_for(self._compacting.wait(), 5)
+        return self.result
+
+    async def compact(self, tenant: str, session: str, messages: list, window: int) -> CompactReply:
+        self._compacting.set()
+        self.budgets.append(window)
+        kept = [messages[0], messages[-1]]  # what a compaction to this budget keeps, stood in for
+        return CompactReply(messages=kept, removed=[], level="aggressive", tokens_before=500, tokens_after=40)
+
+
+def _prepare(proxy: MemoryProxy, body: ChatRequest, times: int = 1) -> list[Prepared]:
+    async def run() -> list[Prepared]:
+        return [await proxy.prepare("acme", body, {"x-mnemoflow-session": "s1"}) for _ in range(times)]
+
+    return asyncio.run(run())
+
+
+def test_recall_and_compaction_run_at_once_and_the_upstream_gets_what_sequential_would_send(tmp_path: Path) -> None:
+    recall = RecallResult(prepend_context="<relevant-memories>tea</relevant-memories>", system_context="PERSONA",
+                          hits=[], persona="")  # fmt: skip
+    memory = ScriptedMemory(recall)
+    settings = Settings(proxy_windows={"m": 8192}, proxy_recall_reserve=1000)
+    proxy = MemoryProxy(memory, CaptureLog(LocalFileStore(tmp_path, fsync=False)), settings, clock=lambda: NOW)
+    body = ChatRequest(model="m", messages=ARRAY[:2], max_tokens=192)
+    [prepared] = _prepare(proxy, body)
+    assert prepared.headers["x-mnemoflow-memory"] == "ok"  # recall waited for compaction to start: no deadlock
+    assert memory.budgets == [8192 - 192 - 1000]  # the prompt less the recall reserve, fixed before recall ends
+    assert prepared.messages == inject_recall([ARRAY[0], ARRAY[1]], recall)  # compacted, then recall injected
+    assert set(prepared.stages_ms) == {"recall", "compact"}
+
+
+def test_a_recall_larger_than_its_reserve_has_the_array_compacted_again_to_fit(tmp_path: Path) -> None:
+    recall = RecallResult(prepend_context="memory " * 300, system_context="", hits=[], persona="")
+    memory = ScriptedMemory(recall)
+    settings = Settings(proxy_windows={"m": 4096}, proxy_recall_reserve=100)
+    proxy = MemoryProxy(memory, CaptureLog(LocalFileStore(tmp_path, fsync=False)), settings, clock=lambda: NOW)
+    [prepared] = _prepare(proxy, ChatRequest(model="m", messages=ARRAY[:2], max_tokens=96))
+    extra = recall_tokens(recall)
+    assert extra > 100 and memory.budgets == [4000 - 100, 4000 - extra]  # the second one leaves the exact room
+    assert "compact_again" in prepared.headers["x-mnemoflow-stages-ms"]
+    assert prepared.headers["x-mnemoflow-tokens"] == f"before=500; after={40 + extra}"
+
+
+def test_a_recall_is_reused_only_while_the_users_memory_is_unchanged(tmp_path: Path) -> None:
+    memory = ScriptedMemory(RecallResult(prepend_context="tea", system_context="", hits=[], persona=""), False)
+    proxy = MemoryProxy(memory, CaptureLog(LocalFileStore(tmp_path, fsync=False)), Settings(), clock=lambda: NOW)
+    body = ChatRequest(model="m", messages=ARRAY[:2])
+    _prepare(proxy, body, times=2)
+    assert memory.recalls == 1  # the same user turn, nothing written: the tool step reuses it
+    memory.version, memory.result = "v2", RecallResult(prepend_context="coffee", system_context="", hits=[],
+                                                       persona="")  # fmt: skip
+    [after_write] = _prepare(proxy, body)
+    assert memory.recalls == 2 and after_write.messages[1]["content"].startswith("coffee")
+    memory.version = None  # a store that cannot tell: every request recalls
+    _prepare(proxy, body, times=2)
+    assert memory.recalls == 4
