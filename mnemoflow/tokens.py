@@ -44,6 +44,13 @@ def _encoding() -> Any:
     return bpe_openai.get_encoding(ENCODING)
 
 
+def load_tokenizer() -> None:
+    """Load the vocabulary now rather than at the first count: about a second of CPU (the wheel decodes every
+    vocabulary it ships when imported), which a process that counts on a request's path (a session shard's
+    compaction, the proxy's recall budget) should pay when it starts, not in its first request."""
+    _encoding()
+
+
 @lru_cache(maxsize=65536)
 def count_tokens(text: str) -> int:
     """Exact ``o200k_base`` token count of ``text`` (special-token strings count as plain text)."""

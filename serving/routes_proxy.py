@@ -30,6 +30,7 @@ from mnemoflow.proxy.answer import StreamedAnswer, answer_text
 from mnemoflow.proxy.capture import CaptureLog
 from mnemoflow.proxy.pipeline import MemoryProxy, Prepared, parse_chat
 from mnemoflow.storage import LocalFileStore
+from mnemoflow.tokens import load_tokenizer
 from serving.deps import ApiDeps
 from serving.publish import publish_tool_results, publish_turns
 
@@ -94,6 +95,7 @@ def proxy_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
     settings = deps.settings
     router = APIRouter(tags=["OpenAI-compatible proxy"])
     Tenant = Annotated[str, Depends(tenant_dep)]
+    load_tokenizer()  # each request counts its recall's tokens: the first one must not load the vocabulary
     captures = CaptureLog(LocalFileStore(settings.data_dir, fsync=False))  # a cache of ids: a loss costs a resend
     proxy = MemoryProxy(StackMemory(deps), captures, settings)
     upstream = settings.proxy_upstream
