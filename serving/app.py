@@ -35,15 +35,18 @@ class ApiIngress:
         )
 
     def _recaller(self) -> Any:
-        """Recall in this replica: the embedder in-process, the atom index opened read-mostly (SQLite in WAL
-        mode lets the extractor replica write while this one reads)."""
+        """Recall in this replica: the embedder in-process with its query vectors kept (an agent's repeated
+        question is embedded once), the atom index opened read-mostly (SQLite in WAL mode lets the extractor
+        replica write while this one reads)."""
         from actors.metrics import TimedIndex
+        from mnemoflow.embedding.query_cache import QueryCache
         from mnemoflow.memory.recall import Recaller
         from mnemoflow.storage import LocalFileStore
         from mnemoflow.stores.factory import open_index
 
         embedder, store = open_index(self._settings)
-        return Recaller(store=TimedIndex(store), embedder=embedder, files=LocalFileStore(self._settings.data_dir))
+        files = LocalFileStore(self._settings.data_dir)
+        return Recaller(store=TimedIndex(store), embedder=QueryCache(embedder), files=files)
 
 
 def build_app(settings: Settings, bootstrap: str, replicas: int = 1) -> Any:
