@@ -1,15 +1,19 @@
 """Proxy benchmark: what the OpenAI-compatible proxy adds to a request's latency, and what it saves in prompt tokens.
 
 The whole stack runs as ``mnemoflow up`` runs it (Apache Kafka, Faust worker, session shards, the Serve API with
-the real recaller and MiniLM embedder); the upstream is a stub answering in fixed time (``--upstream-ms``) in its
-own process, so only our overhead is measured. One user's memory is seeded with LoCoMo turns and extracted to atoms
-first, so recall searches a real index.
+the real recaller and the query embedder of ``--embedder``: e5, the default the stack ships, or MiniLM); the
+upstream is a stub answering in fixed time (``--upstream-ms``) in its own process, so only our overhead is
+measured. One user's memory is seeded with LoCoMo turns and extracted to atoms first, so recall searches a real
+index.
 
 * **Added latency**: 20-message requests (the first 20 messages of tau-bench airline runs, ending on a user
   message), sent directly to the stub and through the proxy, alternately, by one client. ``first`` requests open a
   new session: all 20 messages are captured (Kafka acknowledged), recall runs, compaction runs in the session's
-  shard. ``repeat`` sends the same array again (an agent's next tool step): nothing new to capture, recall reused,
-  compaction again. Added = proxy percentile minus direct percentile. The answer's capture runs after the answer.
+  shard. ``repeat`` sends the same array again (an agent's next tool step): nothing new to capture, recall reused
+  unless the user's memory changed since (the other requests' captures are being extracted meanwhile), compaction
+  again. Added = proxy percentile minus direct percentile. The answer's capture runs after the answer.
+  ``serve_floor_ms``: ``GET /health/live`` through the same Serve proxy and replica, which does nothing, timed
+  before each proxied request: the part of the added latency that is Serve's hop, not the proxy's work.
 * **Prompt tokens**: OpenHands trajectories replayed as agent loops (each assistant step is a request carrying the
   history so far) against a ``--window`` context; direct = what the raw arrays weigh, proxy = what the upstream
   received (its ``usage.prompt_tokens``: the stub counts o200k tokens, the same tokenizer for both).
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -103,6 +108,7 @@ def latency(api_url: str, stub: str, requests: list[list[dict]]) -> dict[str, An
     headers = {"Authorization": f"Bearer {KEY}", "X-Mnemoflow-User": USER}
     direct: list[float] = []
     proxied: dict[str, list[float]] = {"first": [], "repeat": []}
+    floor: list[float] = []
     memory_ms: dict[str, list[float]] = {"first": [], "repeat": []}
     stages: dict[str, dict[str, list[float]]] = {"first": {}, "repeat": {}}
     with httpx.Client(timeout=60) as http:
@@ -113,6 +119,9 @@ def latency(api_url: str, stub: str, requests: list[list[dict]]) -> dict[str, An
                 assert http.post(f"{stub}/v1/chat/completions", json=body).status_code == 200
                 direct.append((time.perf_counter() - start) * 1000)
                 start = time.perf_counter()
+                assert http.get(f"{api_url}/health/live").status_code == 200
+                floor.append((time.perf_counter() - start) * 1000)
+                start = time.perf_counter()
                 r = http.post(f"{api_url}/v1/chat/completions", json=body,
                               headers={**headers, "X-Mnemoflow-Session": f"bench-{k}"})  # fmt: skip
                 proxied[mode].append((time.perf_counter() - start) * 1000)
@@ -122,7 +131,8 @@ def latency(api_url: str, stub: str, requests: list[list[dict]]) -> dict[str, An
                     if "=" in part:
                         name, ms = part.split("=")
                         stages[mode].setdefault(name, []).append(float(ms))
-    out: dict[str, Any] = {"direct_ms": {"p50": pct(direct, 0.5), "p99": pct(direct, 0.99)}}
+    out: dict[str, Any] = {"direct_ms": {"p50": pct(direct, 0.5), "p99": pct(direct, 0.99)},
+                           "serve_floor_ms": {"p50": pct(floor, 0.5), "p99": pct(floor, 0.99)}}  # fmt: skip
     for mode, values in proxied.items():
         out[mode] = {
             "proxy_ms": {"p50": pct(values, 0.5), "p99": pct(values, 0.99)},
@@ -159,13 +169,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="40 latency requests, 3 trajectories")
     parser.add_argument("--upstream-ms", type=float, default=50.0, help="the stub's fixed answer time")
     parser.add_argument("--window", type=int, default=32_000)
+    parser.add_argument("--embedder", choices=("e5", "minilm"), default="e5", help="the recaller's query embedder")
     args = parser.parse_args()
     n_requests, n_trajs = (20, 3) if args.quick else (60, 10)
     stub_proc, stub = start_stub(args.upstream_ms)
     data = Path(tempfile.mkdtemp(prefix="mnemoflow-bench-proxy-"))
     settings = Settings(data_dir=data, api_port=0, api_keys={"bench": KEY}, max_body_bytes=16 << 20,
                         proxy_upstream_url=stub, proxy_windows={"stub": 8192}, proxy_memory_timeout_seconds=30,
-                        rate_limit_per_second=10_000, rate_limit_burst=10_000)  # fmt: skip
+                        rate_limit_per_second=10_000, rate_limit_burst=10_000, embedder=args.embedder)  # fmt: skip
     stack = Stack(settings)
     try:
         stack.start()
@@ -184,14 +195,16 @@ def main() -> None:
                              "p99": round(lat["first"]["added_ms"]["p99"], 2)},
         "prompt_tokens": {"direct": tokens["direct"], "proxy": tokens["proxy"]},
         "latency": lat, "tokens": tokens, "upstream_ms": args.upstream_ms, "requests_per_mode": n_requests,
-        "messages_per_request": 20, "seeded_atoms_found": atoms, "quick": args.quick,
+        "messages_per_request": 20, "seeded_atoms_found": atoms, "quick": args.quick, "embedder": args.embedder,
+        "load_average": os.getloadavg(),
     }  # fmt: skip
     out = ROOT / "bench" / "results" / "proxy.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     first, repeat = lat["first"], lat["repeat"]
     print(
         f"direct to the stub ({args.upstream_ms:.0f} ms): p50 {lat['direct_ms']['p50']:.1f} ms, "
-        f"p99 {lat['direct_ms']['p99']:.1f} ms"
+        f"p99 {lat['direct_ms']['p99']:.1f} ms; Serve's floor (GET /health/live) p50 "
+        f"{lat['serve_floor_ms']['p50']:.1f} ms; embedder {args.embedder}; load average {os.getloadavg()[0]:.1f}"
     )
     for name, m in (("first request of a session", first), ("same array again", repeat)):
         print(
