@@ -27,6 +27,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -190,6 +191,7 @@ def main() -> None:
     finally:
         stack.stop()
         stop_process(stub_proc, 10)
+        shutil.rmtree(data, ignore_errors=True)  # the stack's files and logs: nothing of it is reported
     result = {
         "added_latency_ms": {"p50": round(lat["first"]["added_ms"]["p50"], 2),
                              "p99": round(lat["first"]["added_ms"]["p99"], 2)},
