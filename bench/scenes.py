@@ -8,6 +8,11 @@ not L1 extraction. Each speaker is a user; each session is one L2 run (windows o
   for: routing a question to the right scene.
 * ``event_recall``: content-word recall of each gold ``event_summary`` event of that speaker in the best single
   scene (is the event inside one coherent scene?) and in all scenes together (did the text keep it at all?).
+* ``gold_fact_coverage``: the share of the speaker's gold ``observation`` facts (``facts``) and ``event_summary``
+  events (``events``) that the user's readable memory covers, and of both together (``combined``). The readable
+  memory is every scene's summary and body plus the persona. A fact is covered when at least
+  ``COVERAGE_THRESHOLD`` (half) of its content words (:func:`mnemoflow.memory.salience.content_words`: no stop
+  words, no numbers) occur in it. The persona of the chronological baseline is templated from its slices.
 * structure: scenes per user (≤ 15), heat, body size, share of absorbed atoms still quoted in a body, persona size.
 
 Baseline ``chronological``: the same number of scenes per user, atoms cut into contiguous time slices, same template.
@@ -33,18 +38,20 @@ from pathlib import Path
 from typing import Any
 
 from mnemoflow.embedding import HashingEmbedder
-from mnemoflow.memory.persona import PersonaStore, generate_persona, strip_navigation
+from mnemoflow.memory.persona import PersonaContext, PersonaStore, generate_persona, strip_navigation
 from mnemoflow.memory.persona_heuristic import HeuristicPersonaEngine
 from mnemoflow.memory.persona_trigger import PersonaState, after_scene_pass
+from mnemoflow.memory.salience import content_words
 from mnemoflow.memory.scenes_heuristic import HeuristicSceneEngine
 from mnemoflow.memory.scenes_model import SceneBlock, SceneInput
 from mnemoflow.memory.scenes_pass import run_scene_passes
 from mnemoflow.memory.scenes_plan import ScenePolicy
 from mnemoflow.memory.scenes_store import SceneStore
-from mnemoflow.memory.scenes_text import Item, parse_items, render_items, words
+from mnemoflow.memory.scenes_text import Item, parse_items, render_items
 from mnemoflow.ports import Embedder
 from mnemoflow.storage import LocalFileStore
 
+COVERAGE_THRESHOLD = 0.5
 EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval"
 
 
@@ -94,11 +101,11 @@ def qa_hits(scenes: list[SceneBlock], qs: list[dict[str, Any]], dia: dict[str, s
 
 
 def event_recall(scenes: list[SceneBlock], events: list[str]) -> dict[str, float]:
-    bodies = [set(words(b.body)) for b in scenes]
+    bodies = [set(content_words(b.body)) for b in scenes]
     union = set().union(*bodies) if bodies else set()
     best, kept = [], []
     for e in events:
-        ws = set(words(e))
+        ws = set(content_words(e))
         if not ws:
             continue
         best.append(max((len(ws & b) / len(ws) for b in bodies), default=0.0))
@@ -107,13 +114,32 @@ def event_recall(scenes: list[SceneBlock], events: list[str]) -> dict[str, float
             "all_scenes": statistics.fmean(kept) if kept else 0.0, "n": len(best)}  # fmt: skip
 
 
+def gold_coverage(scenes: list[SceneBlock], persona: str, facts: list[str], events: list[str]) -> dict[str, float]:
+    """Shares of ``facts`` and ``events`` covered by the scenes plus the persona (see the module docstring)."""
+    seen = set(content_words("\n".join([persona, *(f"{b.summary}\n{b.body}" for b in scenes)])))
+
+    def covered(texts: list[str]) -> list[bool]:
+        sets = [s for s in (set(content_words(t)) for t in texts) if s]
+        return [len(s & seen) / len(s) >= COVERAGE_THRESHOLD for s in sets]
+
+    f, e = covered(facts), covered(events)
+    return {"facts": statistics.fmean(f) if f else 0.0, "events": statistics.fmean(e) if e else 0.0,
+            "combined": statistics.fmean(f + e) if f + e else 0.0, "n_facts": len(f), "n_events": len(e)}  # fmt: skip
+
+
+def baseline_persona(scenes: list[SceneBlock], atoms: int, now: datetime) -> str:
+    ctx = PersonaContext(scenes=scenes, changed=scenes, current="", mode="first", reason="bench", total_memories=atoms,
+                         now=now)  # fmt: skip
+    return HeuristicPersonaEngine().render(ctx)
+
+
 def chronological(atoms: list[SceneInput], k: int) -> list[SceneBlock]:
     ordered = sorted(atoms, key=lambda a: (a.ts, a.id))
     size = max(1, -(-len(ordered) // max(1, k)))
     out = []
     for i in range(0, len(ordered), size):
         chunk = ordered[i : i + size]
-        items = [Item(a.id, a.type, a.ts.date().isoformat(), a.content) for a in chunk]
+        items = [Item(a.id, a.type, a.event_day, a.content) for a in chunk]
         out.append(SceneBlock(f"slice-{i}.md", "", render_items(items), 1, None, None, tuple(a.id for a in chunk)))
     return out
 
@@ -144,6 +170,9 @@ def run_user(conv: dict[str, Any], speaker: str, embedder: Embedder, args: argpa
           and any(owned[a] & set(q["evidence"]) for a in owned)]  # fmt: skip
     events = [e for key, v in conv["event_summary"].items() for e in v.get(speaker, [])]
     baseline = chronological(all_atoms, len(scenes))
+    facts = [a.content for a in all_atoms]
+    persona_text = strip_navigation(persona.read())
+    base_persona = baseline_persona(baseline, len(all_atoms), max(a.ts for a in all_atoms) + timedelta(minutes=5))
     absorbed = [a for b in scenes for a in b.atom_ids]
     visible = {i.id for b in scenes for i in parse_items(b.body)}
     return {
@@ -152,11 +181,18 @@ def run_user(conv: dict[str, Any], speaker: str, embedder: Embedder, args: argpa
         "body_chars_mean": statistics.fmean(len(b.body) for b in scenes) if scenes else 0,
         "atoms_absorbed": len(set(absorbed)) / max(1, len(all_atoms)),
         "atoms_quoted": len(visible) / max(1, len(set(absorbed))),
-        "persona_chars": len(strip_navigation(persona.read())),
-        "heuristic": {"qa": qa_hits(scenes, qs, dia, embedder), "events": event_recall(scenes, events)},
-        "chronological": {"qa": qa_hits(baseline, qs, dia, embedder), "events": event_recall(baseline, events)},
+        "persona_chars": len(persona_text),
+        "scene_names": sorted(b.filename for b in scenes), "archetype": _archetype(persona_text),
+        "heuristic": {"qa": qa_hits(scenes, qs, dia, embedder), "events": event_recall(scenes, events),
+                      "coverage": gold_coverage(scenes, persona_text, facts, events)},
+        "chronological": {"qa": qa_hits(baseline, qs, dia, embedder), "events": event_recall(baseline, events),
+                          "coverage": gold_coverage(baseline, base_persona, facts, events)},
         "seconds": seconds,
     }  # fmt: skip
+
+
+def _archetype(persona: str) -> str:
+    return next((line.split(":", 1)[1].strip() for line in persona.splitlines() if "Archetype:" in line), "")
 
 
 def main() -> None:
@@ -196,7 +232,8 @@ def main() -> None:
     summary = {
         engine: {"qa_hit@1": mean([engine, "qa", "hit@1"]), "qa_hit@3": mean([engine, "qa", "hit@3"]),
                  "event_recall_best_scene": mean([engine, "events", "best_scene"]),
-                 "event_recall_all_scenes": mean([engine, "events", "all_scenes"])}
+                 "event_recall_all_scenes": mean([engine, "events", "all_scenes"]),
+                 "gold_fact_coverage": {k: mean([engine, "coverage", k]) for k in ("facts", "events", "combined")}}
         for engine in ("heuristic", "chronological")
     }  # fmt: skip
     result = {
@@ -212,7 +249,8 @@ def main() -> None:
     }  # fmt: skip
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
-    print(json.dumps({"summary": summary, "structure": result["structure"]}, indent=1))
+    examples = {r["user"]: {"scenes": r["scene_names"], "archetype": r["archetype"]} for r in rows[:2]}
+    print(json.dumps({"summary": summary, "structure": result["structure"], "examples": examples}, indent=1))
 
 
 if __name__ == "__main__":

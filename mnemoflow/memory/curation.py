@@ -108,7 +108,8 @@ class CurationOutcome:
 def to_scene_input(record: L1Record) -> SceneInput:
     """The documented L1 → L2 seam (:class:`SceneInput`): field by field."""
     return SceneInput(id=record.id, type=record.type, priority=record.priority, content=record.content,
-                      created_at=record.created, updated_at=record.updated)  # fmt: skip
+                      created_at=record.created, updated_at=record.updated,
+                      said_at=max(record.timestamps, default=None))  # fmt: skip
 
 
 class Curator:

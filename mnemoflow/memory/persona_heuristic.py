@@ -2,7 +2,10 @@
 
 It infers nothing: each layer quotes what the scenes already say (persona atoms → base & facts, scene topics by
 recency → interest graph, instruction atoms → interaction protocol, the latest event of each hot scene →
-current arc). Hotter scenes come first, and each layer gets a share of the 2,000 characters, so no single layer
+current arc). A scene's topic is its salient terms (:mod:`mnemoflow.memory.salience`: people, places, phrases,
+distinctive against the user's other scenes), recomputed from its items rather than read from its file name,
+which was fixed when the scene was created. Arcs carry the event day of their item (when it happened, not when
+a pass ran). Hotter scenes come first, and each layer gets a share of the 2,000 characters, so no single layer
 crowds out the others. Deterministic for the same scenes and time.
 """
 
@@ -11,6 +14,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from mnemoflow.memory.persona import MAX_PERSONA_CHARS, PersonaContext
+from mnemoflow.memory.salience import salient_terms
 from mnemoflow.memory.scenes_model import SceneBlock
 from mnemoflow.memory.scenes_text import Item, parse_items
 
@@ -28,8 +32,24 @@ def _fill(title: str, lines: list[str], budget: int = _LAYER_BUDGET) -> str:
     return "\n".join(out) if len(out) > 1 else ""
 
 
-def _topic(block: SceneBlock) -> str:
-    return block.filename.removesuffix(".md").replace("-", " ")
+def _topics(scenes: list[SceneBlock], k: int = 3) -> dict[str, str]:
+    """Each scene's salient terms against all the user's scenes; the file name's words when it has none."""
+    texts = {b.filename: [i.content for i in parse_items(b.body)] or [b.summary] for b in scenes}
+    background = [t for ts in texts.values() for t in ts]
+    return {name: ", ".join(salient_terms(ts, background, k)) or name.removesuffix(".md").replace("-", " ")
+            for name, ts in texts.items()}  # fmt: skip
+
+
+def _archetype(topics: dict[str, str], k: int = 5) -> str:
+    """Up to ``k`` terms of the scenes' topics (hottest first), no word twice: who and what the user is about."""
+    terms: list[str] = []
+    used: set[str] = set()
+    for topic in topics.values():
+        for term in topic.split(", "):
+            if not used & set(term.lower().split()):
+                terms.append(term)
+                used |= set(term.lower().split())
+    return " · ".join(terms[:k])
 
 
 class HeuristicPersonaEngine:
@@ -48,8 +68,9 @@ class HeuristicPersonaEngine:
         facts = [f"- {i.content}" for _, i in ordered if i.type == "persona"]
         prefs = [f"- {i.content}" for _, i in ordered if i.type == "instruction"]
         cutoff = ctx.now - timedelta(days=ACTIVE_DAYS)
+        topics = _topics(scenes)
         interests = [
-            f"- {'active' if b.updated and b.updated >= cutoff else 'dormant'}: {_topic(b)} (heat {b.heat})"
+            f"- {'active' if b.updated and b.updated >= cutoff else 'dormant'}: {topics[b.filename]} (heat {b.heat})"
             for b in scenes
         ]
         arcs = []
@@ -57,10 +78,10 @@ class HeuristicPersonaEngine:
             events = [i for i in parse_items(b.body) if i.type == "episodic"]
             if events:
                 latest = max(events, key=lambda i: (i.day, i.id))
-                arcs.append(f"- [{latest.day}] {latest.content}")
+                arcs.append(f"- [{latest.day}] {topics[b.filename]}: {latest.content}")
             elif b.summary:
                 arcs.append(f"- {b.summary}")
-        archetype = " · ".join(_topic(b) for b in scenes[:3]) or "no scenes yet"
+        archetype = _archetype(topics) or "no scenes yet"
         head = f"# User Narrative Profile\n> Archetype: {archetype}"
         layers = [
             _fill("## 1. Base & facts", facts),

@@ -15,10 +15,11 @@ from dataclasses import replace
 from datetime import datetime
 
 from mnemoflow.memory.l1_models import L1Record
-from mnemoflow.memory.scenes_heuristic import summarise
+from mnemoflow.memory.salience import salient_terms
+from mnemoflow.memory.scenes_heuristic import SUMMARY_TERMS, summarise
 from mnemoflow.memory.scenes_model import SceneBlock
 from mnemoflow.memory.scenes_store import SceneStore
-from mnemoflow.memory.scenes_text import keywords, parse_items, render_items
+from mnemoflow.memory.scenes_text import parse_items, render_items
 
 
 def forgotten(records: Sequence[L1Record]) -> set[str]:
@@ -37,7 +38,7 @@ def _without(block: SceneBlock, gone: set[str], now: datetime, background: list[
         return block.tombstone(now)
     if not items:  # a model-written body: the ids go now, the text at the scene's next model pass
         return replace(block, atom_ids=ids, updated=now)
-    summary = summarise(kept, keywords([i.content for i in kept], background))
+    summary = summarise(kept, salient_terms([i.content for i in kept], background, k=SUMMARY_TERMS))
     return replace(block, body=render_items(kept), summary=summary, atom_ids=ids, updated=now)
 
 

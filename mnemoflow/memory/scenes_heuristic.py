@@ -18,12 +18,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from mnemoflow.memory.salience import salient_terms
 from mnemoflow.memory.scenes_model import SceneBlock, SceneInput
 from mnemoflow.memory.scenes_plan import SceneEdit, ScenePlan, ScenePolicy
-from mnemoflow.memory.scenes_text import Item, keywords, parse_items, render_items
+from mnemoflow.memory.scenes_text import Item, parse_items, render_items
 from mnemoflow.ports import Embedder
 
 Vec = list[float]
+NAME_TERMS, NAME_WORDS, SUMMARY_TERMS = 3, 4, 6
+"""Salient terms in a new scene's file name (short enough to read in a listing; never the user's constant terms)
+and in its summary (which also routes a question to the scene, so it names more)."""
 
 
 def _unit(vecs: list[Vec]) -> Vec:
@@ -52,11 +56,22 @@ class _Group:
 
 
 def summarise(items: list[Item], words: list[str]) -> str:
-    """The templated one-line summary of a scene's items, named by ``words`` (its keywords)."""
+    """The templated one-line summary of a scene's items, named by ``words`` (its salient terms), dated by the
+    items' event days."""
     days = sorted(i.day for i in items)
     latest = max(items, key=lambda i: (i.day, i.id)).content
     return (f"{len(items)} memories about {', '.join(words) or 'various things'} "
             f"({days[0]} to {days[-1]}); latest: {latest[:160]}")  # fmt: skip
+
+
+def _short(terms: list[str], max_words: int = NAME_WORDS) -> list[str]:
+    """The leading terms that fit in ``max_words`` words (the first always): a name stays readable in a listing."""
+    out: list[str] = []
+    for term in terms:
+        if out and sum(len(t.split()) for t in [*out, term]) > max_words:
+            break
+        out.append(term)
+    return out
 
 
 class HeuristicSceneEngine:
@@ -80,7 +95,7 @@ class HeuristicSceneEngine:
     def plan_now(self, scenes: dict[str, SceneBlock], atoms: list[SceneInput], policy: ScenePolicy) -> ScenePlan:
         atoms = sorted(atoms, key=lambda a: (a.ts, a.id))
         groups = self._existing(scenes)
-        new_items = [Item(a.id, a.type, a.ts.date().isoformat(), a.content, a.priority) for a in atoms]
+        new_items = [Item(a.id, a.type, a.event_day, a.content, a.priority) for a in atoms]
         new_vecs = self.embedder.embed([i.content for i in new_items])
         loose: list[tuple[Item, Vec]] = []
         for item, vec in zip(new_items, new_vecs, strict=True):
@@ -164,16 +179,17 @@ class HeuristicSceneEngine:
                 continue
             items = g.items + g.new
             body = render_items(items)
-            words = keywords([i.content for i in items], user_texts)
-            summary = summarise(items, words)
+            texts = [i.content for i in items]
+            words = salient_terms(texts, user_texts, k=NAME_TERMS)
+            summary = summarise(items, salient_terms(texts, user_texts, k=SUMMARY_TERMS))
             ids = [i.id for i in g.new]
             if g.sources:
                 keep = max(g.sources, key=lambda n: (scenes[n].heat, n))
                 edits.append(SceneEdit(action="merge", filename=keep, sources=g.sources, summary=summary,
                                        body=body, atom_ids=ids))  # fmt: skip
             elif g.name is None:
-                edits.append(SceneEdit(action="create", filename="-".join(words) or "scene", summary=summary,
-                                       body=body, atom_ids=ids))  # fmt: skip
+                name = "-".join(_short(words)) or "scene"
+                edits.append(SceneEdit(action="create", filename=name, summary=summary, body=body, atom_ids=ids))
             else:
                 edits.append(SceneEdit(action="update", filename=g.name, summary=summary, body=body, atom_ids=ids))
         return edits

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from mnemoflow.memory.salience import content_words
 from mnemoflow.memory.scenes_model import SceneBlock, SceneInput
 from mnemoflow.memory.scenes_plan import ScenePlan, ScenePlanRejected, ScenePolicy
-from mnemoflow.memory.scenes_text import words
 from mnemoflow.ports import LLM
 from mnemoflow.prompts.scenes import SceneContext, SceneReply, build_scene_messages
 
 
 def editable_scenes(scenes: dict[str, SceneBlock], atoms: list[SceneInput], k: int, max_scenes: int) -> list[str]:
     """Up to ``k`` scene names by shared words with the atoms; at or near capacity the two coldest are added."""
-    atom_words = {w for a in atoms for w in words(a.content)}
-    scored = sorted(scenes.values(), key=lambda b: (-len(atom_words & set(words(b.summary + " " + b.body))),
+    atom_words = {w for a in atoms for w in content_words(a.content)}
+    scored = sorted(scenes.values(), key=lambda b: (-len(atom_words & set(content_words(b.summary + " " + b.body))),
                                                      -b.heat, b.filename))  # fmt: skip
     chosen = [b.filename for b in scored[:k]]
     if len(scenes) >= max_scenes - 1:

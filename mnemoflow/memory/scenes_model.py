@@ -42,6 +42,7 @@ META_START = "-----META-START-----"
 META_END = "-----META-END-----"
 DELETED_MARKER = "[DELETED]"
 
+_EVENT_DAY = re.compile(r"\(event: (\d{4}-\d{2}-\d{2})\)")
 AtomType = Literal["persona", "episodic", "instruction"]
 
 
@@ -56,11 +57,23 @@ class SceneInput(BaseModel):
     content: str = Field(min_length=1, max_length=4000)
     created_at: AwareDatetime
     updated_at: AwareDatetime | None = None
+    said_at: AwareDatetime | None = None
+    """When the fact was said (the latest of the L1 record's source message times), if known."""
 
     @property
     def ts(self) -> datetime:
         """The time that orders atoms and advances the L2 cursor (last update, else creation)."""
         return (self.updated_at or self.created_at).astimezone(UTC)
+
+    @property
+    def event_day(self) -> str:
+        """The day the atom is about, as a scene dates it: the event day L1 resolved into the text
+        (``(event: 2023-05-07)``), else the day it was said, else the day it was stored. A scene replayed or
+        processed late is then dated by the conversation, not by the day the pass ran."""
+        m = _EVENT_DAY.search(self.content)
+        if m:
+            return m.group(1)
+        return (self.said_at or self.ts).astimezone(UTC).date().isoformat()
 
 
 @dataclass(frozen=True, slots=True)
