@@ -19,9 +19,11 @@ from pydantic import BaseModel, TypeAdapter
 
 from mnemoflow.client.models import Accepted, AtomDrillDown, ConversationHitOut, DrilledEntry, WhoAmI
 from mnemoflow.events import ToolResultIn, TurnIn
+from mnemoflow.governance.listing import AtomFilter, AtomPage, AtomVersion
 from mnemoflow.governance.operations import OperationStatus
 from mnemoflow.ids import check_id
 from mnemoflow.memory.l0 import L0Message
+from mnemoflow.memory.l1_models import L1Record
 from mnemoflow.memory.recall import RecallHit, RecallResult
 from mnemoflow.offload.entries import OffloadEntry
 from mnemoflow.offload.replies import CompactReply
@@ -40,6 +42,8 @@ class Call(Generic[T]):
     path: str
     parse: Callable[[httpx.Response], T]
     json: Any = None
+    content: bytes | None = None
+    """A raw body (an import bundle) instead of ``json``."""
     params: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
     answers: frozenset[int] = frozenset()
@@ -155,6 +159,61 @@ def forget(user: str, atom_id: str, wait: float = 0) -> Call[OperationStatus]:
                 params={"wait": wait}, headers=_operation_key("forget", user, atom_id))  # fmt: skip
 
 
+def atoms(user: str, where: AtomFilter | None = None, limit: int = 100, cursor: str | None = None) -> Call[AtomPage]:
+    """One page of the user's live atoms, oldest first, filtered (``GET /v1/users/{user}/atoms``)."""
+    params: dict[str, Any] = {**(where or AtomFilter()).model_dump(mode="json", exclude_none=True), "limit": limit}
+    if cursor is not None:
+        params["cursor"] = cursor
+    return Call("GET", f"/v1/users/{_seg(user)}/atoms", _model(AtomPage), params=params)
+
+
+def history(user: str, atom_id: str) -> Call[list[AtomVersion]]:
+    """Every version of an atom, oldest first, with who or what made each."""
+    return Call("GET", f"/v1/users/{_seg(user)}/atoms/{_seg(atom_id)}/history", _list(AtomVersion))
+
+
+def edit(
+    user: str,
+    atom_id: str,
+    text: str | None = None,
+    type: str | None = None,
+    priority: int | None = None,
+    wait: float = 0,
+) -> Call[OperationStatus]:
+    """A new version superseding the atom (``PATCH``): re-embedded, marked manual; the fields left None keep."""
+    body = {k: v for k, v in {"text": text, "type": type, "priority": priority}.items() if v is not None}
+    key = _operation_key("edit", user, atom_id, body)
+    path = f"/v1/users/{_seg(user)}/atoms/{_seg(atom_id)}"
+    return Call("PATCH", path, _model(OperationStatus), json=body, params={"wait": wait}, headers=key)
+
+
+def erase_user(user: str, wait: float = 0) -> Call[OperationStatus]:
+    """Everything of the user, with a tombstone that keeps re-sent old turns out (``DELETE /v1/users/{user}``)."""
+    key = _operation_key("erase-user", user)
+    return Call("DELETE", f"/v1/users/{_seg(user)}", _model(OperationStatus), params={"wait": wait}, headers=key)
+
+
+def erase_session(session: str, wait: float = 0) -> Call[OperationStatus]:
+    """The session's refs, offload entries, annotations, canvases and state, with a tombstone."""
+    key = _operation_key("erase-session", session)
+    path = f"/v1/sessions/{_seg(session)}"
+    return Call("DELETE", path, _model(OperationStatus), params={"wait": wait}, headers=key)
+
+
+def export(user: str, sessions: bool = False) -> Call[bytes]:
+    """The user's bundle (a tar, ``mnemoflow-user-bundle`` v1), whole in memory: bundles are bounded by the
+    importing side's ``max_import_bytes`` anyway."""
+    return Call("GET", f"/v1/users/{_seg(user)}/export", lambda r: r.content, params={"sessions": sessions})
+
+
+def import_bundle(user: str, bundle: bytes, wait: float = 0) -> Call[OperationStatus]:
+    """Load a bundle as ``user``: the worker writes its files and indexes its atoms. The key is the bundle's
+    digest, so a resend of the same bundle is the same import."""
+    key = _operation_key("import", user, hashlib.sha256(bundle).hexdigest())
+    path = f"/v1/users/{_seg(user)}/import"
+    return Call("POST", path, _model(OperationStatus), content=bundle, params={"wait": wait}, headers=key)
+
+
 def operation(operation_id: str, wait: float = 0) -> Call[OperationStatus]:
     return Call("GET", f"/v1/operations/{_seg(operation_id)}", _model(OperationStatus), params={"wait": wait})
 
@@ -232,5 +291,24 @@ def offload_pages(session: str, after_seq: int = -1) -> Pages[OffloadEntry]:
                 return None
             last = page[-1].seq
         return offload(session, last)
+
+    return Pages(next_call)
+
+
+def atom_pages(user: str, where: AtomFilter | None = None, page_size: int = 100) -> Pages[L1Record]:
+    """Live atoms by cursor: each page's ``next_cursor`` asks for the next; None ends."""
+    cursor: str | None = None
+
+    def parse(response: httpx.Response) -> list[L1Record]:
+        nonlocal cursor
+        page = AtomPage.model_validate_json(response.content)
+        cursor = page.next_cursor
+        return page.atoms
+
+    def next_call(page: list[L1Record] | None) -> Call[list[L1Record]] | None:
+        if page is not None and cursor is None:
+            return None
+        first = atoms(user, where, page_size, cursor)
+        return Call(first.method, first.path, parse, params=first.params)
 
     return Pages(next_call)

@@ -22,8 +22,10 @@ from mnemoflow.client.calls import Call, Pages
 from mnemoflow.client.errors import ApiUnreachable, _retry_after, error_for
 from mnemoflow.client.models import AtomDrillDown, ConversationHitOut, DrilledEntry
 from mnemoflow.events import ToolResultIn, TurnIn
+from mnemoflow.governance.listing import AtomFilter, AtomVersion
 from mnemoflow.governance.operations import OperationStatus
 from mnemoflow.memory.l0 import L0Message
+from mnemoflow.memory.l1_models import L1Record
 from mnemoflow.memory.recall import RecallHit, RecallResult
 from mnemoflow.offload.entries import OffloadEntry
 from mnemoflow.offload.replies import CompactReply
@@ -49,6 +51,12 @@ def _final(call: Call[T], response: httpx.Response) -> T:
     if response.status_code < 400 or response.status_code in call.answers:
         return call.parse(response)
     raise error_for(response)
+
+
+def _request(call: Call[Any]) -> dict[str, Any]:
+    """The request's parts but method and path, one place for both clients (the async one once dropped the headers,
+    and with them an operation's Idempotency-Key)."""
+    return {"json": call.json, "content": call.content, "params": call.params or None, "headers": call.headers or None}
 
 
 def _headers(api_key: str, headers: dict[str, str] | None) -> dict[str, str]:
@@ -90,9 +98,7 @@ class Client:
         failures = 0
         while True:
             try:
-                response = self._http.request(
-                    call.method, call.path, json=call.json, params=call.params or None, headers=call.headers or None
-                )
+                response = self._http.request(call.method, call.path, **_request(call))
             except httpx.TransportError as exc:
                 failures += 1
                 if (wait := _wait(self._retry, failures, None)) is None:
@@ -153,6 +159,36 @@ class Client:
 
     def forget(self, user: str, atom_id: str, wait: float = 0) -> OperationStatus:
         return self.send(calls.forget(user, atom_id, wait))
+
+    def atoms(self, user: str, where: AtomFilter | None = None, page_size: int = 100) -> Iterator[L1Record]:
+        """The user's live atoms, oldest first, filtered, fetched a page at a time."""
+        return self._iterate(calls.atom_pages(user, where, page_size))
+
+    def history(self, user: str, atom_id: str) -> list[AtomVersion]:
+        return self.send(calls.history(user, atom_id))
+
+    def edit(
+        self,
+        user: str,
+        atom_id: str,
+        text: str | None = None,
+        type: AtomKind | None = None,
+        priority: int | None = None,
+        wait: float = 0,
+    ) -> OperationStatus:
+        return self.send(calls.edit(user, atom_id, text, type, priority, wait))
+
+    def erase_user(self, user: str, wait: float = 0) -> OperationStatus:
+        return self.send(calls.erase_user(user, wait))
+
+    def erase_session(self, session: str, wait: float = 0) -> OperationStatus:
+        return self.send(calls.erase_session(session, wait))
+
+    def export(self, user: str, sessions: bool = False) -> bytes:
+        return self.send(calls.export(user, sessions))
+
+    def import_bundle(self, user: str, bundle: bytes, wait: float = 0) -> OperationStatus:
+        return self.send(calls.import_bundle(user, bundle, wait))
 
     def operation(self, operation_id: str, wait: float = 0) -> OperationStatus:
         return self.send(calls.operation(operation_id, wait))
@@ -216,7 +252,7 @@ class AsyncClient:
         failures = 0
         while True:
             try:
-                response = await self._http.request(call.method, call.path, json=call.json, params=call.params or None)
+                response = await self._http.request(call.method, call.path, **_request(call))
             except httpx.TransportError as exc:
                 failures += 1
                 if (wait := _wait(self._retry, failures, None)) is None:
@@ -278,6 +314,35 @@ class AsyncClient:
 
     async def forget(self, user: str, atom_id: str, wait: float = 0) -> OperationStatus:
         return await self.send(calls.forget(user, atom_id, wait))
+
+    def atoms(self, user: str, where: AtomFilter | None = None, page_size: int = 100) -> AsyncIterator[L1Record]:
+        return self._iterate(calls.atom_pages(user, where, page_size))
+
+    async def history(self, user: str, atom_id: str) -> list[AtomVersion]:
+        return await self.send(calls.history(user, atom_id))
+
+    async def edit(
+        self,
+        user: str,
+        atom_id: str,
+        text: str | None = None,
+        type: AtomKind | None = None,
+        priority: int | None = None,
+        wait: float = 0,
+    ) -> OperationStatus:
+        return await self.send(calls.edit(user, atom_id, text, type, priority, wait))
+
+    async def erase_user(self, user: str, wait: float = 0) -> OperationStatus:
+        return await self.send(calls.erase_user(user, wait))
+
+    async def erase_session(self, session: str, wait: float = 0) -> OperationStatus:
+        return await self.send(calls.erase_session(session, wait))
+
+    async def export(self, user: str, sessions: bool = False) -> bytes:
+        return await self.send(calls.export(user, sessions))
+
+    async def import_bundle(self, user: str, bundle: bytes, wait: float = 0) -> OperationStatus:
+        return await self.send(calls.import_bundle(user, bundle, wait))
 
     async def operation(self, operation_id: str, wait: float = 0) -> OperationStatus:
         return await self.send(calls.operation(operation_id, wait))

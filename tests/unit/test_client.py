@@ -150,3 +150,62 @@ def test_remember_and_forget_are_operations_a_resend_repeats(setup: tuple) -> No
     assert {topic for topic, _ in bus.sent} == {"mnemoflow.commands"}
     with pytest.raises(NotFound):
         mf.forget("ana", "no-such-atom")
+
+
+def test_memory_governance_through_the_sdk(setup: tuple) -> None:  # noqa: F811
+    """Listing (page by page), history, edit, erase, export and import: each the API's answer, parsed; each write
+    one operation per meaning (a resend has the same id), published on the commands topic."""
+    import io
+
+    from mnemoflow.governance.bundle import read_bundle
+    from mnemoflow.governance.listing import AtomFilter
+
+    mf, bus = sdk(setup), setup[1]
+    seen: list[dict] = []
+    original = mf.send
+
+    def spy(call: api_calls.Call) -> Any:
+        seen.append(dict(call.params))
+        return original(call)
+
+    mf.send = spy  # type: ignore[method-assign]
+    atoms = list(mf.atoms("ana", page_size=1))
+    assert len(atoms) >= 2 and len(seen) == len(atoms)  # one page per atom; the last says there is no next
+    assert [p.get("cursor") is None for p in seen] == [True] + [False] * (len(atoms) - 1)
+    assert len({a.id for a in atoms}) == len(atoms)
+    french = [a for a in mf.atoms("ana", AtomFilter(text="french"))]
+    assert [a.content for a in french] and all("French" in a.content for a in french)
+    atom = french[0]
+    assert [v.record.id for v in mf.history("ana", atom.id)] == [atom.id]
+
+    edit = mf.edit("ana", atom.id, text="Please always answer in Portuguese", priority=90)
+    assert edit.status == "pending" and mf.edit("ana", atom.id, text="Please always answer in Portuguese",
+                                                 priority=90).id == edit.id  # fmt: skip
+    assert mf.edit("ana", atom.id, priority=10).id != edit.id  # another edit is another operation
+    erase = mf.erase_user("ana")
+    assert erase.kind == "erase_user" and mf.erase_user("ana").id == erase.id
+    with pytest.raises(NotFound):
+        mf.erase_session("no-such-session")
+
+    bundle = mf.export("ana")
+    manifest, members = read_bundle(io.BytesIO(bundle))
+    assert manifest.user == "ana" and any(name.startswith("user/records/") for name in members)
+    imported = mf.import_bundle("ana-copy", bundle)
+    assert imported.kind == "import_user" and mf.import_bundle("ana-copy", bundle).id == imported.id
+    with pytest.raises(InvalidRequest):
+        mf.import_bundle("ana-copy", b"not a bundle")
+    assert {topic for topic, _ in bus.sent} == {"mnemoflow.commands"}
+
+
+def test_the_async_client_sends_the_idempotency_key_too(setup: tuple) -> None:  # noqa: F811
+    app = setup[0].app
+
+    async def run() -> tuple[str, str, int]:
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://mf")
+        async with AsyncClient("http://mf", "key-acme", http=http, retry=FAST) as mf:
+            first = await mf.remember("ana", "Ana prefers green tea")
+            again = await mf.remember("ana", "Ana prefers green tea")
+            return first.id, again.id, len([a async for a in mf.atoms("ana", page_size=2)])
+
+    first, again, n = asyncio.run(run())
+    assert first == again and first.startswith("sdk-") and n >= 2
