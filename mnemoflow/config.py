@@ -183,8 +183,9 @@ class Settings(BaseSettings):
         512, ge=0, description="Tokens of the window kept for the answer when the request sets no max_tokens."
     )
     proxy_recall_reserve: int = Field(
-        1536, ge=0, description="Tokens of the prompt kept for recall's injected context while compaction runs beside "
-        "recall (at most half the prompt); a larger recall has the array compacted again to the exact room.",
+        1536, ge=0, description="Tokens of the prompt kept for a session's first recall while compaction runs beside "
+        "it (at most half the prompt; later requests use the last recall's size); a larger recall has the array "
+        "compacted again to the exact room.",
     )
     proxy_memory_timeout_seconds: float = Field(
         3.0, gt=0, description="Budget of capture, recall and compaction before a request is forwarded."

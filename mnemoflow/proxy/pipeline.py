@@ -6,8 +6,10 @@ what happened. Forwarding itself (HTTP, streaming) is the serving layer's job.
 
 Order: capture is published beside the request (nothing in it waits for its own capture); recall and compaction
 run at once, so a request waits for the slower of the two, not their sum. Compaction cannot wait for recall's
-size, so its budget is the window less the answer's reserve and a recall reserve (``proxy_recall_reserve``); a
-recall larger than that reserve has the array compacted again to the exact room, so the prompt always fits.
+size, so its budget is the window less the answer's reserve and the room recall is expected to take: the size of
+the session's last recall (exact for the tool steps that reuse it), else ``proxy_recall_reserve``. When the recall
+comes back larger, or the guess left too little room for the last user message, the array is compacted again to
+the exact room, so the prompt always fits and never gets less room than the two steps in turn would give it.
 Recall is injected into the compacted array. A recall is reused by the tool steps of the same user turn while
 the user's memory is unchanged (:meth:`MemorySide.recall_version`), so their prompt prefix stays byte-identical;
 any write to the memory recall reads makes the next request recall again. The whole memory side has a time
@@ -183,18 +185,19 @@ class MemoryProxy:
         out.headers["x-mnemoflow-captured"] = (
             f"turns={len(plan.turns)}; tool_results={len(plan.results)}; too_large={plan.skipped}"
         )
-        recalling = _timed(out, "recall", self._recall(tenant, ident, body.messages))
+        query = _latest_query(body.messages)
+        recalling = _timed(out, "recall", self._recall(tenant, ident, query))
         messages = body.messages
         if ident.window is None:
             recall = await recalling
             out.headers["x-mnemoflow-compaction"] = f"off; no window known for model {body.model[:80]}"
         else:
             prompt = self.prompt_budget(body, ident.window)
-            reserve = max(0, min(self._settings.proxy_recall_reserve, prompt // 2))  # small windows: half at most
-            compacting = self._compact(out, "compact", tenant, ident, messages, prompt - reserve)
+            room = self._recall_room(tenant, ident.session, prompt) if query else 0
+            compacting = _unless_refused(self._compact(out, "compact", tenant, ident, messages, prompt - room))
             recall, reply = await _both(recalling, compacting)
             extra = recall_tokens(recall) if recall else 0
-            if extra > reserve:  # rare: a long persona or navigation; the prompt must still fit the window
+            if reply is None or extra > room:  # the guess was short: compact to the exact room, as if in turn
                 reply = await self._compact(out, "compact_again", tenant, ident, messages, prompt - extra)
             messages = reply.messages
             out.headers.update({
@@ -208,6 +211,15 @@ class MemoryProxy:
             out.headers["x-mnemoflow-recalled"] = str(len(recall.hits))
             out.headers["x-mnemoflow-recall-ids"] = ",".join(h.id for h in recall.hits[:20])
         out.messages = messages
+
+    def _recall_room(self, tenant: str, session: str, prompt: int) -> int:
+        """The tokens compaction leaves for a recall it cannot wait for: the size of the session's last recall
+        (exact when a tool step reuses it), else ``proxy_recall_reserve`` but at most half the prompt."""
+        kept = self._recalls.pop((tenant, session))
+        if kept is None:
+            return max(0, min(self._settings.proxy_recall_reserve, prompt // 2))
+        self._recalls.put((tenant, session), kept)
+        return recall_tokens(kept.result)
 
     async def _compact(
         self, out: Prepared, stage: str, tenant: str, ident: Identity, messages: list[Message], budget: int
@@ -231,21 +243,19 @@ class MemoryProxy:
         except Exception as exc:  # noqa: BLE001 - the request has gone on; the next one retries the capture
             log.warning("proxy capture failed in %s/%s (retried next request): %r", tenant, session, exc)
 
-    async def _recall(self, tenant: str, ident: Identity, messages: list[Message]) -> RecallResult | None:
+    async def _recall(self, tenant: str, ident: Identity, query: tuple[str, str] | None) -> RecallResult | None:
         """Recall for the latest user message. The tool steps of the same user turn reuse it while the user's
         memory has not changed since (its version is read before recalling, so a write during the recall only
         makes the next request recall again)."""
-        i = last_user(messages)
-        query = text_of(messages[i].get("content")).strip() if i is not None else ""
-        if not query:
+        if query is None:
             return None
-        key, turn = (tenant, ident.session), fingerprint(messages[i])
+        (text, turn), key = query, (tenant, ident.session)
         version = await self._memory.recall_version(tenant, ident.user)
         kept = self._recalls.pop(key)
         if kept is not None and version is not None and (kept.turn, kept.version) == (turn, version):
             self._recalls.put(key, kept)
             return kept.result
-        result = await self._memory.recall(tenant, ident.user, query)
+        result = await self._memory.recall(tenant, ident.user, text)
         if version is not None:
             self._recalls.put(key, _KeptRecall(turn, version, result))
         return result
@@ -271,6 +281,22 @@ class _KeptRecall:
     turn: str
     version: str
     result: RecallResult
+
+
+def _latest_query(messages: list[Message]) -> tuple[str, str] | None:
+    """The latest user message's text (what recall searches with) and fingerprint; None when it has no text."""
+    i = last_user(messages)
+    text = text_of(messages[i].get("content")).strip() if i is not None else ""
+    return (text, fingerprint(messages[i])) if i is not None and text else None
+
+
+async def _unless_refused(compaction: Awaitable[CompactReply]) -> CompactReply | None:
+    """A compaction to a guessed budget; None when the shard refused it (nothing was written), so that the
+    exact budget decides, as it would have without the guess."""
+    try:
+        return await compaction
+    except InvalidInput:
+        return None
 
 
 async def _both(first: Awaitable[T], second: Awaitable[U]) -> tuple[T, U]:

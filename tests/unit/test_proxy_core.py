@@ -152,6 +152,7 @@ class ScriptedMemory:
         self.recalls = 0
         self.budgets: list[int] = []
         self._concurrent = concurrent
+        self.refuse_below = 0
         self._compacting = asyncio.Event()
 
     async def publish(self, tenant: str, turns: list, results: list) -> None:
@@ -169,6 +170,8 @@ class ScriptedMemory:
     async def compact(self, tenant: str, session: str, messages: list, window: int) -> CompactReply:
         self._compacting.set()
         self.budgets.append(window)
+        if window < self.refuse_below:  # as the shard does, before writing anything
+            raise InvalidInput(f"window of {window} tokens is too small for the last user message")
         kept = [messages[0], messages[-1]]  # what a compaction to this budget keeps, stood in for
         return CompactReply(messages=kept, removed=[], level="aggressive", tokens_before=500, tokens_after=40)
 
@@ -204,6 +207,20 @@ def test_a_recall_larger_than_its_reserve_has_the_array_compacted_again_to_fit(t
     assert extra > 100 and memory.budgets == [4000 - 100, 4000 - extra]  # the second one leaves the exact room
     assert "compact_again" in prepared.headers["x-mnemoflow-stages-ms"]
     assert prepared.headers["x-mnemoflow-tokens"] == f"before=500; after={40 + extra}"
+
+
+def test_a_tool_step_compacts_once_to_the_exact_room_and_a_refused_guess_is_retried_exactly(tmp_path: Path) -> None:
+    recall = RecallResult(prepend_context="memory " * 50, system_context="", hits=[], persona="")
+    extra = recall_tokens(recall)
+    memory = ScriptedMemory(recall, concurrent=False)
+    settings = Settings(proxy_windows={"m": 4096}, proxy_recall_reserve=1000)
+    proxy = MemoryProxy(memory, CaptureLog(LocalFileStore(tmp_path, fsync=False)), settings, clock=lambda: NOW)
+    _prepare(proxy, ChatRequest(model="m", messages=ARRAY[:2], max_tokens=96), times=2)
+    assert memory.recalls == 1 and memory.budgets == [4000 - 1000, 4000 - extra]  # the step knows its recall
+    small = MemoryProxy(memory, CaptureLog(LocalFileStore(tmp_path / "b", fsync=False)), settings, clock=lambda: NOW)
+    memory.budgets, memory.refuse_below = [], 3500  # the reserve's guess leaves too little for the last message
+    [prepared] = _prepare(small, ChatRequest(model="m", messages=ARRAY[:2], max_tokens=96))
+    assert prepared.headers["x-mnemoflow-memory"] == "ok" and memory.budgets == [4000 - 1000, 4000 - extra]
 
 
 def test_a_recall_is_reused_only_while_the_users_memory_is_unchanged(tmp_path: Path) -> None:
