@@ -7,7 +7,8 @@ what happened. Forwarding itself (HTTP, streaming) is the serving layer's job.
 Order: capture is published beside the request (nothing in it waits for its own capture); recall and compaction
 run at once, so a request waits for the slower of the two, not their sum. Compaction cannot wait for recall's
 size, so its budget is the window less the answer's reserve and the room recall is expected to take: the size of
-the session's last recall (exact for the tool steps that reuse it), else ``proxy_recall_reserve``. When the recall
+the session's last recall (exact for the tool steps that reuse it), else the user's largest recall so far or
+``proxy_recall_reserve``, whichever is larger. When the recall
 comes back larger, or the guess left too little room for the last user message, the array is compacted again to
 the exact room, so the prompt always fits and never gets less room than the two steps in turn would give it.
 Recall is injected into the compacted array. A recall is reused by the tool steps of the same user turn while
@@ -139,6 +140,7 @@ class MemoryProxy:
         self._settings = settings
         self._clock = clock
         self._recalls: LRU[tuple[str, str], _KeptRecall] = LRU(recall_cache)
+        self._largest: LRU[tuple[str, str], int] = LRU(recall_cache)  # (tenant, user) -> largest recall, tokens
         self._tasks: set[asyncio.Future[None]] = set()
 
     def prompt_budget(self, body: ChatRequest, window: int) -> int:
@@ -193,17 +195,17 @@ class MemoryProxy:
             out.headers["x-mnemoflow-compaction"] = f"off; no window known for model {body.model[:80]}"
         else:
             prompt = self.prompt_budget(body, ident.window)
-            room = self._recall_room(tenant, ident.session, prompt) if query else 0
+            room = self._recall_room(tenant, ident, prompt) if query else 0
             compacting = _unless_refused(self._compact(out, "compact", tenant, ident, messages, prompt - room))
             recall, reply = await _both(recalling, compacting)
             extra = recall_tokens(recall) if recall else 0
             if reply is None or extra > room:  # the guess was short: compact to the exact room, as if in turn
                 reply = await self._compact(out, "compact_again", tenant, ident, messages, prompt - extra)
-            messages = reply.messages
+            messages, sent = reply.messages, reply.tokens_after + extra
             out.headers.update({
                 "x-mnemoflow-compaction": reply.level,
                 "x-mnemoflow-window": str(ident.window),
-                "x-mnemoflow-tokens": f"before={reply.tokens_before}; after={reply.tokens_after + extra}",
+                "x-mnemoflow-tokens": f"before={reply.tokens_before}; recall={extra}; after={sent}",
                 "x-mnemoflow-removed": str(len(reply.removed)),
             })  # fmt: skip
         if recall is not None:
@@ -212,14 +214,18 @@ class MemoryProxy:
             out.headers["x-mnemoflow-recall-ids"] = ",".join(h.id for h in recall.hits[:20])
         out.messages = messages
 
-    def _recall_room(self, tenant: str, session: str, prompt: int) -> int:
+    def _recall_room(self, tenant: str, ident: Identity, prompt: int) -> int:
         """The tokens compaction leaves for a recall it cannot wait for: the size of the session's last recall
-        (exact when a tool step reuses it), else ``proxy_recall_reserve`` but at most half the prompt."""
-        kept = self._recalls.pop((tenant, session))
-        if kept is None:
-            return max(0, min(self._settings.proxy_recall_reserve, prompt // 2))
-        self._recalls.put((tenant, session), kept)
-        return recall_tokens(kept.result)
+        (exact when a tool step reuses it); in a new session the user's largest recall so far, or
+        ``proxy_recall_reserve`` (at most half the prompt) when larger, so that compacting again stays rare."""
+        kept = self._recalls.pop((tenant, ident.session))
+        if kept is not None:
+            self._recalls.put((tenant, ident.session), kept)
+            return recall_tokens(kept.result)
+        largest = self._largest.pop((tenant, ident.user)) or 0
+        if largest:
+            self._largest.put((tenant, ident.user), largest)
+        return max(0, min(self._settings.proxy_recall_reserve, prompt // 2), largest)
 
     async def _compact(
         self, out: Prepared, stage: str, tenant: str, ident: Identity, messages: list[Message], budget: int
@@ -256,6 +262,8 @@ class MemoryProxy:
             self._recalls.put(key, kept)
             return kept.result
         result = await self._memory.recall(tenant, ident.user, text)
+        user = (tenant, ident.user)
+        self._largest.put(user, max(recall_tokens(result), self._largest.pop(user) or 0))
         if version is not None:
             self._recalls.put(key, _KeptRecall(turn, version, result))
         return result

@@ -206,7 +206,7 @@ def test_a_recall_larger_than_its_reserve_has_the_array_compacted_again_to_fit(t
     extra = recall_tokens(recall)
     assert extra > 100 and memory.budgets == [4000 - 100, 4000 - extra]  # the second one leaves the exact room
     assert "compact_again" in prepared.headers["x-mnemoflow-stages-ms"]
-    assert prepared.headers["x-mnemoflow-tokens"] == f"before=500; after={40 + extra}"
+    assert prepared.headers["x-mnemoflow-tokens"] == f"before=500; recall={extra}; after={40 + extra}"
 
 
 def test_a_tool_step_compacts_once_to_the_exact_room_and_a_refused_guess_is_retried_exactly(tmp_path: Path) -> None:
@@ -221,6 +221,18 @@ def test_a_tool_step_compacts_once_to_the_exact_room_and_a_refused_guess_is_retr
     memory.budgets, memory.refuse_below = [], 3500  # the reserve's guess leaves too little for the last message
     [prepared] = _prepare(small, ChatRequest(model="m", messages=ARRAY[:2], max_tokens=96))
     assert prepared.headers["x-mnemoflow-memory"] == "ok" and memory.budgets == [4000 - 1000, 4000 - extra]
+
+
+def test_a_new_session_leaves_room_for_the_users_largest_recall(tmp_path: Path) -> None:
+    recall = RecallResult(prepend_context="memory " * 50, system_context="", hits=[], persona="")
+    extra = recall_tokens(recall)
+    memory = ScriptedMemory(recall, concurrent=False)
+    settings = Settings(proxy_windows={"m": 4096}, proxy_recall_reserve=10)
+    proxy = MemoryProxy(memory, CaptureLog(LocalFileStore(tmp_path, fsync=False)), settings, clock=lambda: NOW)
+    body = ChatRequest(model="m", messages=ARRAY[:2], max_tokens=96)
+    for session in ("s1", "s2"):
+        asyncio.run(proxy.prepare("acme", body, {"x-mnemoflow-session": session, "x-mnemoflow-user": "ana"}))
+    assert memory.budgets == [4000 - 10, 4000 - extra, 4000 - extra]  # s2 compacts once, to the exact room
 
 
 def test_a_recall_is_reused_only_while_the_users_memory_is_unchanged(tmp_path: Path) -> None:
