@@ -8,9 +8,9 @@ Order: capture is published beside the request (nothing in it waits for its own 
 run at once, so a request waits for the slower of the two, not their sum. Compaction cannot wait for recall's
 size, so its budget is the window less the answer's reserve and the room recall is expected to take: the size of
 the session's last recall (exact for the tool steps that reuse it), else the user's largest recall so far or
-``proxy_recall_reserve``, whichever is larger. When the recall
-comes back larger, or the guess left too little room for the last user message, the array is compacted again to
-the exact room, so the prompt always fits and never gets less room than the two steps in turn would give it.
+``proxy_recall_reserve``, whichever is larger. When the recall comes back larger, or the guess left too little
+room for the last user message, the array is compacted again to the exact room, so the prompt always fits; when
+it comes back smaller, compaction had that much less room than the two steps in turn would have given it.
 Recall is injected into the compacted array. A recall is reused by the tool steps of the same user turn while
 the user's memory is unchanged (:meth:`MemorySide.recall_version`), so their prompt prefix stays byte-identical;
 any write to the memory recall reads makes the next request recall again. The whole memory side has a time
