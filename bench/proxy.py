@@ -105,7 +105,9 @@ def twenty_message_requests(n: int) -> list[list[dict]]:
     return out
 
 
-def latency(api_url: str, stub: str, requests: list[list[dict]]) -> dict[str, Any]:
+def latency(api_url: str, stub: str, requests: list[list[dict]], sessions: str = "bench") -> dict[str, Any]:
+    """``sessions`` names the sessions: the warm-up's must not be the measured ones, or a measured "first" request
+    would be the second of its session."""
     headers = {"Authorization": f"Bearer {KEY}", "X-Mnemoflow-User": USER}
     direct: list[float] = []
     proxied: dict[str, list[float]] = {"first": [], "repeat": []}
@@ -124,7 +126,7 @@ def latency(api_url: str, stub: str, requests: list[list[dict]]) -> dict[str, An
                 floor.append((time.perf_counter() - start) * 1000)
                 start = time.perf_counter()
                 r = http.post(f"{api_url}/v1/chat/completions", json=body,
-                              headers={**headers, "X-Mnemoflow-Session": f"bench-{k}"})  # fmt: skip
+                              headers={**headers, "X-Mnemoflow-Session": f"{sessions}-{k}"})  # fmt: skip
                 proxied[mode].append((time.perf_counter() - start) * 1000)
                 assert r.status_code == 200 and r.headers["x-mnemoflow-memory"] == "ok", r.headers
                 memory_ms[mode].append(float(r.headers["x-mnemoflow-memory-ms"]))
@@ -185,7 +187,7 @@ def main() -> None:
         with Client(api_url, KEY) as api:
             atoms = seed_memory(api, 200)
         warm = twenty_message_requests(3)
-        latency(api_url, stub, warm)  # the recaller loads its model on first use: not part of the measure
+        latency(api_url, stub, warm, "warm")  # the recaller loads its model on first use: not part of the measure
         lat = latency(api_url, stub, twenty_message_requests(n_requests + 3)[3:])
         tokens = trajectory_tokens(api_url, stub, n_trajs, args.window)
     finally:
