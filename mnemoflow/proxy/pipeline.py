@@ -7,10 +7,10 @@ what happened. Forwarding itself (HTTP, streaming) is the serving layer's job.
 Order: capture is published beside the request (nothing in it waits for its own capture); recall and compaction
 run at once, so a request waits for the slower of the two, not their sum. Compaction cannot wait for recall's
 size, so its budget is the window less the answer's reserve and the room recall is expected to take: the size of
-the session's last recall (exact for the tool steps that reuse it), else the user's largest recall so far or
-``proxy_recall_reserve``, whichever is larger. When the recall comes back larger, or the guess left too little
-room for the last user message, the array is compacted again to the exact room, so the prompt always fits; when
-it comes back smaller, compaction had that much less room than the two steps in turn would have given it.
+the session's recall for the same user message (exact for the tool steps that reuse it), else the user's largest
+recall so far or ``proxy_recall_reserve``, whichever is larger. When the recall comes back larger, or the guess
+left too little room for the last user message, the array is compacted again to the exact room, so the prompt
+always fits; when it comes back smaller, compaction had that much less room than the two steps in turn give it.
 Recall is injected into the compacted array. A recall is reused by the tool steps of the same user turn while
 the user's memory is unchanged (:meth:`MemorySide.recall_version`), so their prompt prefix stays byte-identical;
 any write to the memory recall reads makes the next request recall again. The whole memory side has a time
@@ -195,7 +195,7 @@ class MemoryProxy:
             out.headers["x-mnemoflow-compaction"] = f"off; no window known for model {body.model[:80]}"
         else:
             prompt = self.prompt_budget(body, ident.window)
-            room = self._recall_room(tenant, ident, prompt) if query else 0
+            room = self._recall_room(tenant, ident, query[1], prompt) if query else 0
             compacting = _unless_refused(self._compact(out, "compact", tenant, ident, messages, prompt - room))
             recall, reply = await _both(recalling, compacting)
             extra = recall_tokens(recall) if recall else 0
@@ -214,14 +214,15 @@ class MemoryProxy:
             out.headers["x-mnemoflow-recall-ids"] = ",".join(h.id for h in recall.hits[:20])
         out.messages = messages
 
-    def _recall_room(self, tenant: str, ident: Identity, prompt: int) -> int:
-        """The tokens compaction leaves for a recall it cannot wait for: the size of the session's last recall
-        (exact when a tool step reuses it); in a new session the user's largest recall so far, or
-        ``proxy_recall_reserve`` (at most half the prompt) when larger, so that compacting again stays rare."""
+    def _recall_room(self, tenant: str, ident: Identity, turn: str, prompt: int) -> int:
+        """The tokens compaction leaves for a recall it cannot wait for: the size of the session's recall for
+        this user message (exact when a tool step reuses it); for a new user message the user's largest recall
+        so far, or ``proxy_recall_reserve`` (at most half the prompt) when larger, so compacting again is rare."""
         kept = self._recalls.pop((tenant, ident.session))
         if kept is not None:
             self._recalls.put((tenant, ident.session), kept)
-            return recall_tokens(kept.result)
+            if kept.turn == turn:
+                return recall_tokens(kept.result)
         largest = self._largest.pop((tenant, ident.user)) or 0
         if largest:
             self._largest.put((tenant, ident.user), largest)

@@ -233,6 +233,12 @@ def test_a_new_session_leaves_room_for_the_users_largest_recall(tmp_path: Path) 
     for session in ("s1", "s2"):
         asyncio.run(proxy.prepare("acme", body, {"x-mnemoflow-session": session, "x-mnemoflow-user": "ana"}))
     assert memory.budgets == [4000 - 10, 4000 - extra, 4000 - extra]  # s2 compacts once, to the exact room
+    small = RecallResult(prepend_context="tea", system_context="", hits=[], persona="")
+    memory.result, headers = small, {"x-mnemoflow-session": "s3", "x-mnemoflow-user": "ana"}
+    asyncio.run(proxy.prepare("acme", body, headers))  # s3's recall for this message is small
+    memory.budgets, memory.result = [], recall
+    asyncio.run(proxy.prepare("acme", body.model_copy(update={"messages": ARRAY[:1] + [ARRAY[5]]}), headers))
+    assert memory.budgets == [4000 - extra]  # a new user message: room for the user's largest, not s3's last one
 
 
 def test_a_recall_is_reused_only_while_the_users_memory_is_unchanged(tmp_path: Path) -> None:
