@@ -1,6 +1,6 @@
 """UserCurator: the Ray actor that runs L2 scenes and L3 personas for many users (users are virtual actors).
 
-Why shards of users and not one actor per user: an actor is a ~50 MiB process (DESIGN §3). A user is hashed onto
+Why shards of users and not one actor per user: an actor is a ~50 MiB process (docs/DESIGN.md §3). A user is hashed onto
 one of M curators with ``shard_for(f"{tenant}/{user}", M)``, so one writer per user holds across the fleet. The
 curator keeps only a bounded map ``user -> next wake-up``; everything else is in the user's files
 (:class:`~mnemoflow.memory.curation.CurationState`). After a restart the map is rebuilt lazily: a background scan of

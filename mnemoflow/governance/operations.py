@@ -1,7 +1,7 @@
 """Operations: the mutations of memory (edit, delete, remember, erase, import) as events on the commands topic.
 
 Why events and not direct writes from the API: a user's memory has one writer at a time, the stream worker that
-owns the user's partition (DESIGN §3, §4). ``mnemoflow.commands`` is keyed and partitioned like
+owns the user's partition (docs/DESIGN.md §3, §4). ``mnemoflow.commands`` is keyed and partitioned like
 ``mnemoflow.turns`` (``tenant/user``; a session erase is keyed by its session), so Faust gives a user's turns,
 jobs and commands to the same worker. Each operation has an id; the worker applies an id once and records the
 outcome, which ``GET /v1/operations/{id}`` reads. The same id sent again with another body is refused (409):

@@ -1,4 +1,4 @@
-"""Rebuild the atom index from ``records/`` alone: the records are the source of truth (DESIGN §4), the index a
+"""Rebuild the atom index from ``records/`` alone: the records are the source of truth (docs/DESIGN.md §4), the index a
 cache that can always be recomputed, after a lost index file, an import, or a restore from backup.
 
 A row is made from a record exactly as the L1 pipeline makes it (:meth:`L1Pipeline.row`), with the vector of

@@ -1,6 +1,6 @@
 """L1 dedup: decide store / update / merge / skip for each new atom against this user's existing atoms.
 
-Improvements over spec §3.4 (§9.9, §11.8):
+Improvements over docs/tdam-spec.md §3.4 (§9.9, §11.8):
 
 * **Similarity gate.** Clear cases cost no model call: a near-duplicate of the same type (cosine ≥
   ``skip_similarity``) is skipped, and an atom with nothing close (best cosine < ``store_below``) is stored.

@@ -1,4 +1,4 @@
-"""The ``heuristic`` engine for L1: deterministic, model-free extraction and dedup decisions (DESIGN §6).
+"""The ``heuristic`` engine for L1: deterministic, model-free extraction and dedup decisions (docs/DESIGN.md §6).
 
 Why it exists: mnemoflow must work with no model configured, and tests need a stage that is reproducible.
 What it does, plainly: every substantive user statement becomes one atom (questions, greetings and very short

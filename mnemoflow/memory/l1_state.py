@@ -1,6 +1,6 @@
 """Per-user L1 state in files: the extraction cursor and the trigger state, each written atomically.
 
-Why files: DESIGN §4 makes files the source of truth; actor and table memory are caches. Why two files: the
+Why files: docs/DESIGN.md §4 makes files the source of truth; actor and table memory are caches. Why two files: the
 cursor is written by the pipeline after atoms are stored, the trigger state by the scheduler, possibly in
 another process; separate files never overwrite each other's fields.
 """

@@ -1,7 +1,7 @@
 """Which L0 messages one L1 pass reads: the whole backlog after the cursor, cut into windows.
 
 Each window holds up to ``new_size`` qualified messages to extract from and up to ``background`` qualified
-messages just before them as context (spec §3.3: 10 / 5). Unlike the original (§9.4), nothing is skipped:
+messages just before them as context (docs/tdam-spec.md §3.3: 10 / 5). Unlike the original (§9.4), nothing is skipped:
 the backlog is cut into consecutive windows and the cursor passes a message only with the window that read it.
 """
 
@@ -21,7 +21,8 @@ _NOISE = {"(session bootstrap)", "NO_REPLY"}
 
 
 def qualifies(msg: L0Message) -> bool:
-    """Spec §3.3 step 1: drop empty, slash commands, framework noise, symbol-only and question-mark-only text."""
+    """docs/tdam-spec.md §3.3 step 1: drop empty, slash commands, framework noise, symbol-only and question-mark-only
+    text."""
     text = msg.content.strip()
     if not text or text.startswith("/") or text in _NOISE or text.startswith(_NOISE_PREFIXES):
         return False

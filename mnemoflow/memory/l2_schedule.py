@@ -1,4 +1,4 @@
-"""When L2 runs (spec §3.2), as pure functions of a small persisted state and the time.
+"""When L2 runs (docs/tdam-spec.md §3.2), as pure functions of a small persisted state and the time.
 
 Why pure: the original kept this in in-memory timers beside mutable module state (STYLE anti-pattern 10). Here
 the caller (the ``UserCurator`` actor) stores :class:`L2Timer` (per user, JSON), asks :func:`next_wakeup` when to

@@ -3,7 +3,7 @@
 Why the engine owns the file: the model (or the template) only returns the body text; code bounds it, escapes
 the tags recall wraps it in (so a persona cannot close ``<user-persona>`` and inject instructions), appends a
 fresh heat-sorted navigation, keeps the previous file in a rotating backup and replaces it atomically. The
-2,000-character bound is on the body (spec §3.6); the navigation adds about 150 characters per scene.
+2,000-character bound is on the body (docs/tdam-spec.md §3.6); the navigation adds about 150 characters per scene.
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def _flames(heat: int) -> str:
 
 
 def render_navigation(scenes: dict[str, SceneBlock], prefix: str = "scenes/") -> str:
-    """The navigation tail (spec §3.5): hottest first; ``prefix`` is relative in the file, absolute in recall."""
+    """The navigation tail (docs/tdam-spec.md §3.5): hottest first; ``prefix`` is relative in the file, absolute in
+    recall."""
     live = sorted((b for b in scenes.values() if not b.deleted), key=lambda b: (-b.heat, b.filename))
     lines = ["---", NAV_HEADER, "*Scene files hold the details behind this profile; open one when a topic comes up.*"]
     for b in live:
@@ -113,7 +114,7 @@ class PersonaStore:
         return text
 
     def refresh_navigation(self, scenes: dict[str, SceneBlock]) -> bool:
-        """After an L2 pass: re-render the navigation tail if a persona body exists (spec §3.5 step 8)."""
+        """After an L2 pass: re-render the navigation tail if a persona body exists (docs/tdam-spec.md §3.5 step 8)."""
         body = self.read_body()
         if not body:
             return False

@@ -1,6 +1,6 @@
-"""Whether to (re)generate the L3 persona (spec §3.6 P1–P4), as pure functions of a persisted state.
+"""Whether to (re)generate the L3 persona (docs/tdam-spec.md §3.6 P1–P4), as pure functions of a persisted state.
 
-Improvements on the original (spec §9.20): the counter counts atoms that L2 consumed (not every L1 write),
+Improvements on the original (docs/tdam-spec.md §9.20): the counter counts atoms that L2 consumed (not every L1 write),
 the triggers can be evaluated at any time (the curator checks after L2 and may check after L1), and an explicit
 request is cleared when generation is skipped because no scene changed, so it cannot stick forever.
 """

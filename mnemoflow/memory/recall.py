@@ -1,11 +1,12 @@
-"""Recall for one user: injected context, the two agent tools, and drill-down to L0 (spec §4).
+"""Recall for one user: injected context, the two agent tools, and drill-down to L0 (docs/tdam-spec.md §4).
 
 What the API calls: ``await Recaller(...).recall(RecallRequest(...))`` for ``POST /v1/recall`` (returns
 ``prepend_context`` and ``system_context`` together, plus structured hits), :meth:`memory_search`,
 :meth:`conversation_search` and :meth:`drill_down`. Every query names tenant and user; the store enforces it.
 
 Ports are sync (store, embedder, files); :meth:`recall` runs the search in a worker thread only to bound it by
-``timeout_s``: on timeout it returns no hits but still the persona and navigation (the original drops all, §9.18).
+``timeout_s``: on timeout it returns no hits but still the persona and navigation (the original drops all,
+docs/tdam-spec.md §9.18).
 """
 
 from __future__ import annotations

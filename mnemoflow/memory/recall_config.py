@@ -1,4 +1,4 @@
-"""Recall strategies as declarative config plus named recipes (STYLE §12), so benchmarks compare configs.
+"""Recall strategies as declarative config plus named recipes (docs/STYLE.md, item 12), so benchmarks compare configs.
 
 A :class:`RecallConfig` says which retrievers run, how they fuse, how many hits, and the character and time
 budgets of the injected context. :data:`RECIPES` names the configurations the bench reports.

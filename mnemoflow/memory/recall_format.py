@@ -1,8 +1,9 @@
-"""Rendering recall for the prompt (spec §4.1): memory lines, budgets, and the two injection blocks.
+"""Rendering recall for the prompt (docs/tdam-spec.md §4.1): memory lines, budgets, and the two injection blocks.
 
 Pure functions. ``prepend_context`` goes before the user turn; ``system_context`` (persona, scene navigation,
 tool guide) is appended to the system prompt, which keeps the prompt cache stable. Tool names in the guide
-are parameters, so the guide names the tools the host really exposes (the original hard-codes them, §9.1).
+are parameters, so the guide names the tools the host really exposes (the original hard-codes them, docs/tdam-spec.md
+§9.1).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ class ContextSource(Protocol):
 
 
 class FileContextSource:
-    """Reads ``persona.md`` and ``scenes/*.md`` (DESIGN §5) through the L2/L3 stores."""
+    """Reads ``persona.md`` and ``scenes/*.md`` (docs/DESIGN.md §5) through the L2/L3 stores."""
 
     def __init__(self, files: FileStore) -> None:
         self._files = files

@@ -3,7 +3,7 @@
 Why marker lines instead of rewriting old lines: appends are atomic per batch (FileStore contract) and a crash
 leaves at most a torn tail, which is repaired; rewriting a day file would race with the append of the same day.
 Readers fold ``supersede`` lines into the records they name, so no superseded record reads as live (the
-original leaves them live forever, spec §9.9). Adding is idempotent by record id.
+original leaves them live forever, docs/tdam-spec.md §9.9). Adding is idempotent by record id.
 """
 
 from __future__ import annotations

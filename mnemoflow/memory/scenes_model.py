@@ -3,7 +3,7 @@
 Why its own input model: L1 atoms are built elsewhere and may change shape; L2 needs only a handful of their
 fields, so :class:`SceneInput` is the documented seam (an L1 record maps onto it field by field).
 
-A scene file is Markdown with the META header of the spec (§3.5)::
+A scene file is Markdown with the META header of docs/tdam-spec.md §3.5::
 
     -----META-START-----
     created: 2025-01-01T00:00:00Z
@@ -33,7 +33,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from mnemoflow.ids import SafeId
 
 MAX_SCENES = 15
-"""Live scenes per user (spec §3.5); enforced in code, not only asked of the model."""
+"""Live scenes per user (docs/tdam-spec.md §3.5); enforced in code, not only asked of the model."""
 MAX_SCENE_CHARS = 1500
 """Body characters per scene (spec template limit); keeps the L2 prompt and the persona input bounded."""
 MAX_SCENE_ATOM_IDS = 400
@@ -126,7 +126,7 @@ def render_scene(block: SceneBlock) -> str:
 
 
 def parse_scene(filename: str, text: str) -> SceneBlock:
-    """Parse a scene file leniently: no markers means the whole file is the body (spec §3.5).
+    """Parse a scene file leniently: no markers means the whole file is the body (docs/tdam-spec.md §3.5).
 
     A file whose body is empty or exactly ``[DELETED]`` counts as deleted, as the spec's cleanup rule says.
     """
@@ -165,7 +165,7 @@ SAFE_SCENE_NAME = re.compile(r"[^\W_][\w.-]{0,95}\.md", re.UNICODE)
 
 
 def normalize_filename(raw: str, taken: set[str] | frozenset[str] = frozenset()) -> str:
-    """Spec §3.5 step 6: a safe, unique ``.md`` name from whatever the model (or a keyword list) proposed.
+    """docs/tdam-spec.md §3.5 step 6: a safe, unique ``.md`` name from whatever the model (or a keyword list) proposed.
 
     Whitespace becomes ``-``; punctuation and path characters are dropped (so ``../x`` cannot survive);
     repeated separators collapse; an empty stem becomes ``scene``; collisions with ``taken`` get ``-2``, ``-3``….

@@ -1,8 +1,8 @@
 """One L2 pass: atoms in → engine proposes a plan → rules applied → files written all-or-nothing.
 
-Why windows: the original sent every new atom of a session in one prompt (spec §9.21). :func:`run_scene_passes`
-cuts the backlog into windows of ``batch_size`` atoms (never splitting atoms that share a timestamp, so a
-timestamp cursor cannot skip one), commits each window as its own pass, and stops at the first failure,
+Why windows: the original sent every new atom of a session in one prompt (docs/tdam-spec.md §9.21).
+:func:`run_scene_passes` cuts the backlog into windows of ``batch_size`` atoms (never splitting atoms that share a
+timestamp, so a timestamp cursor cannot skip one), commits each window as its own pass, and stops at the first failure,
 reporting the cursor of the last committed window. The caller advances its cursor only to that value.
 """
 

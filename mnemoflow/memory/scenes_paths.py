@@ -1,9 +1,9 @@
-"""Where L2 scenes and the L3 persona live (DESIGN §5), and the check that keeps a file name inside them.
+"""Where L2 scenes and the L3 persona live (docs/DESIGN.md §5), and the check that keeps a file name inside them.
 
 Why a separate module: :mod:`mnemoflow.storage.layout` belongs to the storage owners; these paths extend it
 under the same user folder. Why a second check on top of the FileStore's root check: the root check only
 keeps a path inside the *data root*; a scene name must stay inside *that user's* scenes folder. The check is
-on the normalised path with ``commonpath`` (never a string prefix, spec §9.8: ``scenes_x/…`` would pass a
+on the normalised path with ``commonpath`` (never a string prefix, docs/tdam-spec.md §9.8: ``scenes_x/…`` would pass a
 prefix test), and, when the store exposes a local ``root``, again on the resolved path, so a symlink planted
 in the folder cannot lead outside it either.
 """

@@ -1,8 +1,8 @@
 """What a scene pass proposes (:class:`ScenePlan`) and the pure function that applies it.
 
 Why: the original let the model edit files with free tools and left heat arithmetic, counting and naming to
-it (spec §9.7, §9.8, §9.21). Here the model (or the heuristic engine) returns the new contents of the scenes
-it touches; :func:`apply_plan` checks every rule — targets exist, one edit per file, at most
+it (docs/tdam-spec.md §9.7, §9.8, §9.21). Here the model (or the heuristic engine) returns the new contents of the
+scenes it touches; :func:`apply_plan` checks every rule — targets exist, one edit per file, at most
 ``max_creates`` new scenes, at most ``max_scenes`` live, atom ids from the allowed set — computes heat and
 times itself, and returns the files to write. A plan that breaks a rule is refused as a whole
 (:class:`ScenePlanRejected`); nothing is half-applied.
@@ -45,7 +45,8 @@ class SceneEdit(BaseModel):
 
 
 class ScenePlan(BaseModel):
-    """A whole pass: the edits, and an optional request that the persona be regenerated (spec §3.5 step 9)."""
+    """A whole pass: the edits, and an optional request that the persona be regenerated (docs/tdam-spec.md §3.5 step
+    9)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -1,4 +1,4 @@
-"""When to run L1 for a user: a pure state machine (spec §3.2), with no timers, threads or I/O.
+"""When to run L1 for a user: a pure state machine (docs/tdam-spec.md §3.2), with no timers, threads or I/O.
 
 Why pure: the stream worker owns time and persistence. It calls one of the ``on_*`` methods with the current
 state and time, stores the returned state (:func:`mnemoflow.memory.l1_state.save_triggers`), runs L1 when the
@@ -7,11 +7,11 @@ the original:
 
 * warm-up: run after 1, 2, 4, … pending turns, then every ``every_n`` (5) — same as spec;
 * idle: ``idle_s`` (600 s) after the last turn with turns pending;
-* session end runs L1 whenever turns are pending (the original never does, §9.5);
+* session end runs L1 whenever turns are pending (the original never does, docs/tdam-spec.md §9.5);
 * one run in flight per user; turns that arrive meanwhile are kept and trigger a catch-up run;
 * failure: exponential backoff, then a dead-letter decision carrying the reason (``config.retry``, the policy
   every retrying stage uses); the turns stay pending and the extraction cursor has not moved, so the next
-  trigger retries them (nothing is dropped, §9.3).
+  trigger retries them (nothing is dropped, docs/tdam-spec.md §9.3).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""L1.5 task boundary judge (spec §5.4): on each new user message, continue / new long task / short task.
+"""L1.5 task boundary judge (docs/tdam-spec.md §5.4): on each new user message, continue / new long task / short task.
 
 The decision and its boundary (from which entry seq on tool calls belong to which canvas) go into the session
 state, which the caller saves: nothing lives in memory only, so a shard restart continues where it was (TDAM kept
-boundaries in runtime arrays, §9.10). Each user message is judged once (by fingerprint). The heuristic judge is
-deterministic; the LLM judge validates its reply (a parse failure raises and is retried by the caller; after that
-the caller may use :func:`fail_safe`).
+boundaries in runtime arrays, docs/tdam-spec.md §9.10). Each user message is judged once (by fingerprint). The heuristic
+judge is deterministic; the LLM judge validates its reply (a parse failure raises and is retried by the caller; after
+that the caller may use :func:`fail_safe`).
 """
 
 from __future__ import annotations

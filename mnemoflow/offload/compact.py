@@ -6,8 +6,8 @@ loaded (persisted decisions, offload entries by tool_call_id, the active canvas 
 lives, the active canvas, and the decisions to persist for the next turn. See :mod:`.reclaim` for the ladder.
 
 Canvases (``freeze_injection``): the injected canvas messages are persisted verbatim with their position and
-re-sent byte-identical until a reclaim rewrites the prompt; only then are they refreshed, placed by spec §5.6
-but not before the rewritten region, so the calls in between only append to an unchanged prefix.
+re-sent byte-identical until a reclaim rewrites the prompt; only then are they refreshed, placed by docs/tdam-spec.md
+§5.6 but not before the rewritten region, so the calls in between only append to an unchanged prefix.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def _frozen(msgs: list[Message], ctx: CompactContext) -> list[Message] | None:
 
 
 def _place(msgs: list[Message], work: Work, tail: int, freeze: bool) -> int:
-    """Where fresh canvases go: spec §5.6, but not before the region this call rewrote (whose cache is lost
+    """Where fresh canvases go: docs/tdam-spec.md §5.6, but not before the region this call rewrote (whose cache is lost
     anyway), so the next calls append after an unchanged prefix."""
     idx = insertion_point(msgs, tail)
     if not freeze:

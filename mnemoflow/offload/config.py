@@ -1,6 +1,6 @@
-"""Offload settings as one value object (spec §5.10), parsed at the edge and passed into the core.
+"""Offload settings as one value object (docs/tdam-spec.md §5.10), parsed at the edge and passed into the core.
 
-Every ratio TDAM hard-coded or left dead (§9.16) is a field here. Defaults match the spec's behaviour.
+Every ratio TDAM hard-coded or left dead (docs/tdam-spec.md §9.16) is a field here. Defaults match the spec's behaviour.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ class OffloadConfig(BaseModel):
         2000, ge=1, description="...or as soon as the due rewrites would save this many tokens (None: count only)."
     )
     compact_stubbed_calls: bool = Field(
-        True, description="Spec §5.7: an assistant call whose results are all stubbed gets compact arguments."
+        True,
+        description="docs/tdam-spec.md §5.7: an assistant call whose results are all stubbed gets compact arguments.",
     )
     freeze_injection: bool = Field(
         True,
@@ -68,7 +69,7 @@ class OffloadConfig(BaseModel):
 
     @classmethod
     def spec(cls, **overrides: object) -> OffloadConfig:
-        """TDAM's behaviour (spec §5.6-5.7): the ladder only, canvases refreshed and moved every call."""
+        """TDAM's behaviour (docs/tdam-spec.md §5.6-5.7): the ladder only, canvases refreshed and moved every call."""
         base: dict[str, object] = {"stub_keep_recent": None, "freeze_injection": False, "inject_active": "always",
                                    "fold_finished_tasks": False,
                                    "history_canvas_full": True, "compact_stubbed_calls": True,

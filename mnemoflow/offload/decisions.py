@@ -1,9 +1,9 @@
 """What compaction and the boundary judge decided, as data persisted in the session state.
 
-Why persisted: TDAM kept boundaries and reclaim decisions in runtime arrays (spec §9.10), so a restart lost them and
-the prompt prefix changed. Here every decision is a field of :class:`~mnemoflow.offload.session_state.SessionState`
-(``state.json``), re-applied on every compaction so the same history yields the same prompt prefix (cached prefixes
-are ~10x cheaper at the model).
+Why persisted: TDAM kept boundaries and reclaim decisions in runtime arrays (docs/tdam-spec.md §9.10), so a restart lost
+them and the prompt prefix changed. Here every decision is a field of
+:class:`~mnemoflow.offload.session_state.SessionState` (``state.json``), re-applied on every compaction so the same
+history yields the same prompt prefix (cached prefixes are ~10x cheaper at the model).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Where and how the task canvas enters the prompt (spec §5.6).
+"""Where and how the task canvas enters the prompt (docs/tdam-spec.md §5.6).
 
 The active canvas goes right after the latest user message when that message is in the second half of the array
 (the agent reads its task, then its map); otherwise at the start of the trailing tool loop, but at most
@@ -91,7 +91,8 @@ def active_message(canvas: CanvasText, budget: int | None = None) -> Message:
 
 
 def history_message(canvas: CanvasText, meta_only: bool = False) -> Message:
-    """A finished or paused task's canvas: full, or (``meta_only``, spec §5.6) its node index ``id: label``."""
+    """A finished or paused task's canvas: full, or (``meta_only``, docs/tdam-spec.md §5.6) its node index ``id:
+    label``."""
     mode = ' mode="meta-only"' if meta_only else ""
     goal = f"task goal: {canvas.goal}\n" if canvas.goal else ""
     if meta_only:

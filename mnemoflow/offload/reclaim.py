@@ -1,4 +1,5 @@
-"""The reclaim ladder (spec §5.7) as one pure function: messages + window + session context -> compacted messages.
+"""The reclaim ladder (docs/tdam-spec.md §5.7) as one pure function: messages + window + session context -> compacted
+messages.
 
 Order of work on every call, so the prompt prefix stays stable turn after turn:
 
@@ -84,7 +85,8 @@ class Work:
 
 
 def stub_text(entry: EntryInfo) -> str:
-    """The three-line stand-in for a tool result (spec §5.7), fixed once chosen so the prefix stays stable."""
+    """The three-line stand-in for a tool result (docs/tdam-spec.md §5.7), fixed once chosen so the prefix stays
+    stable."""
     summary = entry.summary.strip() or "(no summary yet)"
     return (
         f"[Offloaded tool result {entry.tool_call_id} | node: {entry.node_id or 'n/a'}]\n"
@@ -149,7 +151,8 @@ def _short(value: object, limit: int = 60) -> object:
 
 
 def compact_arguments(arguments: str, node_id: str | None) -> str:
-    """Spec §5.7: ``{_offloaded, node_id, tool_call}`` with string args over 60 chars cut, big objects elided."""
+    """``{_offloaded, node_id, tool_call}`` with string args over 60 chars cut, big objects elided
+    (docs/tdam-spec.md §5.7)."""
     try:
         parsed = json.loads(arguments)
     except (TypeError, ValueError):

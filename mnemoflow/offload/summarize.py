@@ -1,4 +1,4 @@
-"""L1 summaries of tool results (spec §5.3): extractive heuristic, or the LLM port in batches.
+"""L1 summaries of tool results (docs/tdam-spec.md §5.3): extractive heuristic, or the LLM port in batches.
 
 Small results need no summary: below ``summary_min_tokens`` the stub would not be shorter than the output, so
 the result is kept raw (score 10 = "nothing to lose", reclaim never stubs it since a stub cannot save tokens).

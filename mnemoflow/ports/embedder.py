@@ -1,4 +1,4 @@
-"""Embedder port: turns texts into fixed-size, unit-length vectors for the L1 index and recall (DESIGN §6).
+"""Embedder port: turns texts into fixed-size, unit-length vectors for the L1 index and recall (docs/DESIGN.md §6).
 
 Contract (every adapter):
 

@@ -1,4 +1,4 @@
-"""LLM port: every model call names a pydantic output model and gets a validated instance back (DESIGN §6).
+"""LLM port: every model call names a pydantic output model and gets a validated instance back (docs/DESIGN.md §6).
 
 Why a port: memory stages (L1 extraction, offload summaries, canvas operations) must not care whether the
 model runs in vLLM, behind an OpenAI-compatible URL, in-process, or is a scripted fake in a test. The

@@ -1,4 +1,4 @@
-"""Vector store port: the L1 atom index (DESIGN §5), dense + BM25, always scoped to one tenant and one user.
+"""Vector store port: the L1 atom index (docs/DESIGN.md §5), dense + BM25, always scoped to one tenant and one user.
 
 Why a port: the index has two adapters that must behave the same (Milvus for the cluster shape, SQLite for
 one file shared by several processes), plus an in-memory reference used by unit tests. The contract below

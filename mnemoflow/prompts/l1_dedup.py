@@ -1,5 +1,5 @@
-"""L1 dedup prompt (spec §3.4): one batched call deciding store / update / merge / skip for the new memories
-that the similarity gate could not decide. The pool holds only candidates of this user; the pipeline rejects
+"""L1 dedup prompt (docs/tdam-spec.md §3.4): one batched call deciding store / update / merge / skip for the new
+memories that the similarity gate could not decide. The pool holds only candidates of this user; the pipeline rejects
 ``target_ids`` that are not candidates of that memory."""
 
 from __future__ import annotations

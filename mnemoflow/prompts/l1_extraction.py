@@ -1,10 +1,11 @@
-"""L1 extraction prompt (spec §3.3): scene segmentation and typed memories from the new messages of a window.
+"""L1 extraction prompt (docs/tdam-spec.md §3.3): scene segmentation and typed memories from the new messages of a
+window.
 
 Pure: context in, chat messages out, plus the pydantic model the reply must validate against. Lists are bounded
 (the LLM port refuses unbounded lists). The reply carries message ids; the pipeline keeps only ids of the window.
 
-Version 2 folds the dedup decision (spec §3.4) into this call: the prompt lists the user's existing memories
-closest to the window (ids and text) and each extracted memory may carry ``decision`` (store / update / merge /
+Version 2 folds the dedup decision (docs/tdam-spec.md §3.4) into this call: the prompt lists the user's existing
+memories closest to the window (ids and text) and each extracted memory may carry ``decision`` (store / update / merge /
 skip) with ``target_ids`` and merged fields, as the dedup judge would answer. The pipeline validates them against
 the listed memories exactly as it validates the judge's; a memory without a decision is left to the judge.
 """

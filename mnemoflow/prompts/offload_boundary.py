@@ -1,7 +1,8 @@
-"""Prompt for the L1.5 task-boundary judge (spec §5.4): continue the active task, start a long task, or a short one.
+"""Prompt for the L1.5 task-boundary judge (docs/tdam-spec.md §5.4): continue the active task, start a long task, or a
+short one.
 
 Pure: ``context -> list[ChatMessage]``. The reply is a closed choice plus a label, validated by pydantic, so a
-parse failure is an error to retry, never a silent "false, false, false" (TDAM's §9.13).
+parse failure is an error to retry, never a silent "false, false, false" (docs/tdam-spec.md §9.13).
 """
 
 from __future__ import annotations

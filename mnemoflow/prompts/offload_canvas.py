@@ -1,4 +1,4 @@
-"""Prompt for canvas updates (spec §5.5): the model proposes typed canvas operations, never Mermaid text.
+"""Prompt for canvas updates (docs/tdam-spec.md §5.5): the model proposes typed canvas operations, never Mermaid text.
 
 Pure: ``context -> list[ChatMessage]``; the reply model is :class:`mnemoflow.offload.canvas.CanvasOps` (at most 30
 operations), applied and validated by code.

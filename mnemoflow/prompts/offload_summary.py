@@ -1,4 +1,5 @@
-"""Prompt for L1 tool-result summaries (spec §5.3): a batch of tool calls in, one summary and score per call out.
+"""Prompt for L1 tool-result summaries (docs/tdam-spec.md §5.3): a batch of tool calls in, one summary and score per
+call out.
 
 Pure: ``context -> list[ChatMessage]``. The reply model bounds every list and string so a small model cannot loop.
 """

@@ -1,4 +1,4 @@
-"""L3 persona prompt (spec §3.6): four-layer scan over the changed scenes, body only, ≤ 2,000 characters.
+"""L3 persona prompt (docs/tdam-spec.md §3.6): four-layer scan over the changed scenes, body only, ≤ 2,000 characters.
 
 Pure: :func:`build_persona_messages` turns a :class:`~mnemoflow.memory.persona.PersonaContext` into chat
 messages; the reply model is :class:`PersonaReply`. The engine, not the model, appends the scene navigation.

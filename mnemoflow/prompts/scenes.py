@@ -1,4 +1,4 @@
-"""L2 scene consolidation prompt (spec §3.5, rewritten for structured output instead of file tools).
+"""L2 scene consolidation prompt (docs/tdam-spec.md §3.5, rewritten for structured output instead of file tools).
 
 Pure: :func:`build_scene_messages` turns a :class:`SceneContext` into chat messages; the reply model is
 :class:`SceneReply`. The model sees every scene's index entry and the full text of the scenes it may edit

@@ -1,4 +1,4 @@
-"""The storage layout of DESIGN §5, as relative paths under the data root.
+"""The storage layout of docs/DESIGN.md §5, as relative paths under the data root.
 
 Every argument is a checked id (:mod:`mnemoflow.ids`), so a path built here cannot escape its tenant.
 """

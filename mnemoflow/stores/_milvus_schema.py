@@ -1,6 +1,6 @@
 """Milvus layout of the atom index, and the translation of pymilvus errors.
 
-One collection (DESIGN §5): a primary key derived from (tenant, user, atom id) so ids only need to be unique
+One collection (docs/DESIGN.md §5): a primary key derived from (tenant, user, atom id) so ids only need to be unique
 per user, a 384-d (configurable) dense vector with a FLAT index, and a sparse vector that Milvus fills itself
 with its BM25 full-text function from ``terms``: the text's lexical terms (:func:`mnemoflow.lexical.analysed`,
 Chinese segmented) split on whitespace, so Milvus ranks the same terms the SQLite index and the in-memory
@@ -39,7 +39,7 @@ def vendor() -> Any:
 
 @contextmanager
 def translate() -> Iterator[None]:
-    """Map pymilvus and gRPC failures to StorageError at the adapter boundary (STYLE §14)."""
+    """Map pymilvus and gRPC failures to StorageError at the adapter boundary (docs/STYLE.md, item 14)."""
     pymilvus = vendor()
     import grpc
 

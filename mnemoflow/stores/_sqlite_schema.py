@@ -60,7 +60,7 @@ def _vendor() -> tuple[Any, Any]:
 
 @contextmanager
 def translate() -> Iterator[None]:
-    """Map apsw errors to StorageError at the adapter boundary (STYLE §14)."""
+    """Map apsw errors to StorageError at the adapter boundary (docs/STYLE.md, item 14)."""
     apsw, _ = _vendor()
     try:
         yield

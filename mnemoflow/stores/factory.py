@@ -1,7 +1,7 @@
 """Open the configured atom index: Milvus when ``milvus_uri`` is set, else SQLite in the data directory.
 
 SQLite is the embedded default because several processes (the extractor replica, the API replica) open the same
-file in WAL mode, and because it meets the recall latency target with room to spare (DESIGN §5); Milvus Lite
+file in WAL mode, and because it meets the recall latency target with room to spare (docs/DESIGN.md §5); Milvus Lite
 allows one process per file.
 """
 

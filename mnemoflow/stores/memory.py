@@ -1,6 +1,6 @@
 """In-memory VectorStore: brute-force cosine and a small BM25, the reference the other adapters are tested against.
 
-Why pure Python: it is the fake the unit tests of every other package use (STYLE §16), so it must import
+Why pure Python: it is the fake the unit tests of every other package use (docs/STYLE.md, item 16), so it must import
 with no optional dependency and be obviously correct rather than fast. Rows live in an
 :class:`InMemoryIndex`; two stores opened on the same index behave like two opens of one file, which is how
 the contract tests check the embedding-model guard.

@@ -1,7 +1,7 @@
 """SQLite VectorStore: sqlite-vec KNN + FTS5 BM25 in one WAL file, fused with RRF in Python.
 
 Why this adapter exists next to Milvus: it is one file that several processes (Faust workers, Serve
-replicas) can open at once, and it measured ~5x faster than Milvus Lite per-user at 10^5 atoms (DESIGN §5).
+replicas) can open at once, and it measured ~5x faster than Milvus Lite per-user at 10^5 atoms (docs/DESIGN.md §5).
 Layout and the reasons for it are in :mod:`mnemoflow.stores._sqlite_schema`.
 """
 
