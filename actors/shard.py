@@ -28,7 +28,6 @@ from mnemoflow.offload.session_state import SequenceGap, SessionState, advance, 
 from mnemoflow.ports import SystemClock
 from mnemoflow.ports.llm import LLM
 from mnemoflow.storage import LocalFileStore
-from mnemoflow.tokens import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +53,6 @@ class SessionShard:
         self._locks: dict[SessionKey, asyncio.Lock] = {}
         self._loads = 0
         self._metrics = ShardMetrics(index)
-        load_tokenizer()  # every compaction counts tokens: the first one must not load the vocabulary
 
     def _lock(self, key: SessionKey) -> asyncio.Lock:
         return self._locks.setdefault(key, asyncio.Lock())

@@ -95,7 +95,10 @@ def proxy_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
     settings = deps.settings
     router = APIRouter(tags=["OpenAI-compatible proxy"])
     Tenant = Annotated[str, Depends(tenant_dep)]
-    load_tokenizer()  # each request counts its recall's tokens: the first one must not load the vocabulary
+    if settings.proxy_upstream is not None:
+        # each request counts its recall's tokens: the first one must not load the vocabulary; a replica with no
+        # upstream never proxies and does not hold it (~140 MB)
+        load_tokenizer()
     captures = CaptureLog(LocalFileStore(settings.data_dir, fsync=False))  # a cache of ids: a loss costs a resend
     proxy = MemoryProxy(StackMemory(deps), captures, settings)
     upstream = settings.proxy_upstream
