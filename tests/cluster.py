@@ -156,6 +156,14 @@ class LocalCluster:
         self.second_node = self.ray_cluster.add_node(**node, resources={SECOND_RESOURCE: 1})
         ray.init(address=self.ray_cluster.address, namespace="mnemoflow", logging_level=logging.WARNING,
                  log_to_driver=False)  # fmt: skip
+        # The second node is registered, but the scheduler may not see its resources yet (a loaded machine delays
+        # the sync): a soft node affinity to it then falls back to the head, and every shard lands there (seen in
+        # a clean-clone run). Actors are created once the cluster's resource view has both nodes.
+        deadline = time.monotonic() + 120
+        while not {HEAD_RESOURCE, SECOND_RESOURCE} <= set(ray.available_resources()):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the scheduler never saw both nodes: {ray.available_resources()}")
+            time.sleep(0.2)
         return str(self.ray_cluster.address)
 
     def _start_actors(self) -> None:
