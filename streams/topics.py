@@ -56,31 +56,47 @@ async def ensure_topics(bootstrap: str, settings: Settings, timeout: float = 60.
         if new:
             await admin.create_topics(new)
             log.info("created topics %s", ", ".join(f"{t.name}({t.num_partitions})" for t in new))
-        kept = [name for name in wanted if name in existing]
-        if kept:
-            await _match_partitions(admin, {name: wanted[name] for name in kept}, deadline)
+        have = await _partition_counts(admin, wanted, deadline)
+        await _grow(admin, {name: n for name, n in wanted.items() if have[name] < n}, have, deadline)
+        for name, n in wanted.items():
+            if have[name] > n:
+                log.warning("topic %s has %d partitions, settings ask for %d: the extra ones stay unused", name,
+                            have[name], n)  # fmt: skip
     finally:
         await admin.close()
 
 
-async def _match_partitions(admin: AIOKafkaAdminClient, wanted: dict[str, int], deadline: float) -> None:
+async def _partition_counts(admin: AIOKafkaAdminClient, wanted: dict[str, int], deadline: float) -> dict[str, int]:
+    """Partitions of each topic, once the broker's metadata shows every one of them (a topic created a moment ago,
+    here or by another process starting at the same time, is described without partitions until then)."""
+    while True:
+        counts = {t["topic"]: len(t["partitions"]) for t in await admin.describe_topics(list(wanted))
+                  if not t.get("error_code")}  # fmt: skip
+        if all(counts.get(name, 0) > 0 for name in wanted):
+            return counts
+        if asyncio.get_running_loop().time() > deadline:
+            missing = sorted(name for name in wanted if counts.get(name, 0) == 0)
+            raise ServiceUnavailable(f"Kafka did not show the topics {', '.join(missing)} in time")
+        await asyncio.sleep(0.2)
+
+
+async def _grow(admin: AIOKafkaAdminClient, grow: dict[str, int], have: dict[str, int], deadline: float) -> None:
     """Grow a topic that has fewer partitions than the settings ask for (``session_shards`` raised on a running
     deployment): the API sends each session's tool results to the partition of its shard, and a partition that does
     not exist would refuse every one of them. Kafka cannot shrink a topic; one with more partitions than asked for
-    works (the extra partitions stay unused by the shard routing), so it is only logged."""
+    works (the extra partitions stay unused by the shard routing), so the caller only logs it."""
     from aiokafka.admin import NewPartitions
+    from aiokafka.errors import InvalidPartitionsError
 
-    have = {t["topic"]: len(t["partitions"]) for t in await admin.describe_topics(list(wanted))}
-    grow = {name: NewPartitions(total_count=n) for name, n in wanted.items() if have.get(name, n) < n}
-    if grow:
-        await admin.create_partitions(grow)
-        log.warning("grew topics %s (sessions and users move to the partitions of their new shards)",
-                    ", ".join(f"{name} {have[name]}->{p.total_count}" for name, p in grow.items()))  # fmt: skip
-        while any(len(t["partitions"]) < wanted[t["topic"]] for t in await admin.describe_topics(list(grow))):
-            if asyncio.get_running_loop().time() > deadline:  # the new partitions reach the metadata a moment later
-                raise ServiceUnavailable(f"Kafka did not show the new partitions of {', '.join(grow)} in time")
-            await asyncio.sleep(0.2)
-    for name, n in wanted.items():
-        if have.get(name, n) > n:
-            log.warning("topic %s has %d partitions, settings ask for %d: the extra ones stay unused", name,
-                        have[name], n)  # fmt: skip
+    if not grow:
+        return
+    try:
+        await admin.create_partitions({name: NewPartitions(total_count=n) for name, n in grow.items()})
+    except InvalidPartitionsError:  # another process starting at the same time grew it first
+        pass
+    log.warning("grew topics %s (sessions and users move to the partitions of their new shards)",
+                ", ".join(f"{name} {have[name]}->{n}" for name, n in grow.items()))  # fmt: skip
+    while any(count < grow[name] for name, count in (await _partition_counts(admin, grow, deadline)).items()):
+        if asyncio.get_running_loop().time() > deadline:  # the new partitions reach the metadata a moment later
+            raise ServiceUnavailable(f"Kafka did not show the new partitions of {', '.join(grow)} in time")
+        await asyncio.sleep(0.2)
