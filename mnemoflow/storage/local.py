@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import shutil
 from collections.abc import Collection, Iterator, Mapping
@@ -226,7 +227,12 @@ class LocalFileStore:
         try:
             if target.is_dir() and not target.is_symlink():
                 count = sum(1 for p in target.rglob("*") if not p.is_dir())
-                shutil.rmtree(target)
+                try:
+                    shutil.rmtree(target)
+                except OSError as exc:  # a writer added an entry after rmtree listed its folder: remove it too
+                    if exc.errno != errno.ENOTEMPTY:
+                        raise
+                    shutil.rmtree(target)
             elif target.exists() or target.is_symlink():
                 count = 1
                 target.unlink()

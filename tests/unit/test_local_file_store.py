@@ -133,3 +133,27 @@ def test_a_large_group_is_made_durable_by_one_syncfs(tmp_path: Path, monkeypatch
         for i in range(20):
             files.append_lines(f"users/u{i}/l0.jsonl", ["x"])
     assert len(calls) == 1 and Path(calls[0]).is_relative_to(tmp_path)
+
+
+def test_removing_a_folder_also_removes_what_a_writer_added_meanwhile(tmp_path: Path, monkeypatch) -> None:
+    """An erase removes a user's folder while a curator may be writing a backup into it: rmtree then fails with
+    'Directory not empty' on the entry it never listed; the removal goes on and takes that entry too."""
+    import errno
+    import shutil
+
+    files = LocalFileStore(tmp_path)
+    files.write_atomic("t/users/u/scenes/a.md", b"scene")
+    real = shutil.rmtree
+    calls = []
+
+    def racing_rmtree(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(path)
+        if len(calls) == 1:
+            (tmp_path / "t/users/u/scenes/.backup").mkdir()
+            (tmp_path / "t/users/u/scenes/.backup/a.md").write_bytes(b"late")
+            raise OSError(errno.ENOTEMPTY, "Directory not empty", ".backup")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", racing_rmtree)
+    assert files.remove("t/users/u") == 1
+    assert not (tmp_path / "t/users/u").exists() and len(calls) == 2
