@@ -9,7 +9,6 @@ after it is delivered, so capture adds nothing to the answer's latency.
 """
 
 import asyncio
-import hashlib
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -22,10 +21,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from mnemoflow.errors import InvalidInput, ServiceUnavailable
 from mnemoflow.events import ToolResultIn, TurnIn
 from mnemoflow.memory.recall import RecallResult
-from mnemoflow.memory.scenes_paths import ScenePaths
-from mnemoflow.memory.scenes_store import SceneStore
+from mnemoflow.memory.recall_sources import context_digest
 from mnemoflow.offload.replies import CompactReply
-from mnemoflow.ports import FileStore
 from mnemoflow.proxy.answer import StreamedAnswer, answer_text
 from mnemoflow.proxy.capture import CaptureLog
 from mnemoflow.proxy.pipeline import MemoryProxy, Prepared, parse_chat
@@ -62,7 +59,7 @@ class StackMemory:
 
         def read() -> str | None:
             index = store.version(tenant, user)
-            return None if index is None else f"{index}/{_context_digest(self._deps.files, tenant, user)}"
+            return None if index is None else f"{index}/{context_digest(self._deps.files, tenant, user)}"
 
         return await asyncio.to_thread(read)
 
@@ -70,14 +67,6 @@ class StackMemory:
         if self._deps.compact is None:
             raise ServiceUnavailable("session actors are not connected to this API")
         return await self._deps.compact(tenant, session, messages, window)
-
-
-def _context_digest(files: FileStore, tenant: str, user: str) -> str:
-    """What recall's system context is made of (persona, scenes), hashed: any rewrite changes it."""
-    paths, digest = ScenePaths(tenant, user), hashlib.blake2b(digest_size=16)
-    for path in (paths.persona, *(paths.scene(name) for name in SceneStore(files, tenant, user).names())):
-        digest.update(path.encode() + b"\0" + (files.read_bytes(path) or b"") + b"\0")
-    return digest.hexdigest()
 
 
 def _passed_headers(response: httpx.Response, ours: dict[str, str]) -> dict[str, str]:

@@ -7,6 +7,7 @@ that write the files, so the format has one parser.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Protocol
 
 from mnemoflow.memory.persona import PersonaStore, render_navigation
@@ -39,3 +40,12 @@ class FileContextSource:
         if not scenes:
             return ""
         return render_navigation(scenes, prefix=ScenePaths(tenant, user).scenes_dir + "/")
+
+
+def context_digest(files: FileStore, tenant: str, user: str) -> str:
+    """What recall's system context is made of (the persona and scene files, read raw), hashed: any rewrite
+    changes it, so a recall kept for reuse is dropped when the context it rendered changed."""
+    paths, digest = ScenePaths(tenant, user), hashlib.blake2b(digest_size=16)
+    for path in (paths.persona, *(paths.scene(name) for name in SceneStore(files, tenant, user).names())):
+        digest.update(path.encode() + b"\0" + (files.read_bytes(path) or b"") + b"\0")
+    return digest.hexdigest()
