@@ -28,6 +28,9 @@ ScopeOf = Callable[[T], tuple[str, str, datetime]]
 class Tombstone(BaseModel):
     erased_at: AwareDatetime
     operation_id: str
+    removed: dict[str, int] = {}
+    """What the erase removed so far, summed over its tries: a retry after a partial failure finds less to remove
+    but still reports the whole erase."""
 
 
 def tombstone_path(tenant: str, kind: Kind, name: str) -> str:
@@ -44,10 +47,24 @@ class Tombstones:
         return Tombstone.model_validate_json(data) if data is not None else None
 
     def put(self, tenant: str, kind: Kind, name: str, stone: Tombstone) -> None:
-        """A later erase moves the cut-off forward; an earlier one (a replayed operation) never moves it back."""
+        """A later erase moves the cut-off forward; an earlier one (a replayed operation) never moves it back. A
+        retry of the operation that put the stone keeps it as it is, with the counts of the earlier tries."""
         old = self.get(tenant, kind, name)
-        if old is None or old.erased_at < stone.erased_at:
+        if old is None or (old.erased_at < stone.erased_at and old.operation_id != stone.operation_id):
             self._files.write_atomic(tombstone_path(tenant, kind, name), stone.model_dump_json().encode())
+
+    def add_removed(
+        self, tenant: str, kind: Kind, name: str, operation_id: str, counts: dict[str, int]
+    ) -> dict[str, int]:
+        """Add one try's counts to the stone of ``operation_id`` and return the totals over its tries (this try's
+        alone when a later erase has replaced the stone)."""
+        stone = self.get(tenant, kind, name)
+        if stone is None or stone.operation_id != operation_id:
+            return dict(counts)
+        total = {k: stone.removed.get(k, 0) + counts.get(k, 0) for k in sorted(stone.removed.keys() | counts.keys())}
+        updated = stone.model_copy(update={"removed": total})
+        self._files.write_atomic(tombstone_path(tenant, kind, name), updated.model_dump_json().encode())
+        return total
 
     def keep(self, events: Iterable[T], kind: Kind, scope: ScopeOf[T]) -> tuple[list[T], int]:
         """The events not erased, in order, and how many were dropped. One file read per distinct scope."""

@@ -12,6 +12,8 @@ written later with the same timestamp is still picked up, none is fed twice. Sup
 kept in memory (not persisted: after a restart the first retry is immediate, which is what one wants).
 
 One caller per user at a time (the actor holds a per-user lock); the state file is not merged across writers.
+An erase is another process: every write of an operation goes through an :class:`ErasureFence`, so a pass that an
+erase overtakes stops and leaves none of its files behind (the outcome is ``skipped``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
 
 from mnemoflow.errors import MnemoflowError, StorageError
+from mnemoflow.governance.fence import ErasureFence, UserErased
 from mnemoflow.lru import LRU
 from mnemoflow.memory import l2_schedule as sched
 from mnemoflow.memory.l1_models import L1Record
@@ -139,25 +142,39 @@ class Curator:
         except ValidationError as exc:
             raise StorageError(f"unreadable L2/L3 state for {tenant}/{user}: {exc.errors()[:1]}") from exc
 
-    def save(self, tenant: str, user: str, state: CurationState) -> None:
-        self.files.write_atomic(ScenePaths(tenant, user).state, state.model_dump_json().encode())
+    def _fence(self, tenant: str, user: str) -> ErasureFence:
+        """The files of one operation on the user: its writes do not outlive an erase that overtakes it."""
+        return ErasureFence(self.files, tenant, user, ScenePaths(tenant, user).derived)
+
+    @staticmethod
+    def _save(files: FileStore, tenant: str, user: str, state: CurationState) -> None:
+        files.write_atomic(ScenePaths(tenant, user).state, state.model_dump_json().encode())
 
     # --- events ----------------------------------------------------------------------------------------------
 
     def on_l1_done(self, tenant: str, user: str) -> datetime | None:
-        """An L1 pass stored atoms: pull the next L2 run earlier (never later). Returns the next wake-up."""
+        """An L1 pass stored atoms: pull the next L2 run earlier (never later). Returns the next wake-up (None
+        when the user was erased meanwhile)."""
+        files = self._fence(tenant, user)
         state = self.load(tenant, user)
         timer = sched.on_l1_done(state.timer, self.clock.now(), self.timing)
-        self.save(tenant, user, state.model_copy(update={"timer": timer}))
+        try:
+            self._save(files, tenant, user, state.model_copy(update={"timer": timer}))
+        except UserErased:
+            return None
         return sched.next_wakeup(timer)
 
     def on_activity(self, tenant: str, user: str) -> None:
         """A user turn arrived. Written at most once per ``activity_resolution`` (the rule works in hours)."""
+        files = self._fence(tenant, user)
         state, now = self.load(tenant, user), self.clock.now()
         last = state.timer.last_active
         if last is not None and now - last < self.activity_resolution:
             return
-        self.save(tenant, user, state.model_copy(update={"timer": sched.on_activity(state.timer, now)}))
+        try:
+            self._save(files, tenant, user, state.model_copy(update={"timer": sched.on_activity(state.timer, now)}))
+        except UserErased:
+            return
 
     def next_wakeup(self, tenant: str, user: str) -> datetime | None:
         return sched.next_wakeup(self.load(tenant, user).timer)
@@ -166,6 +183,7 @@ class Curator:
 
     async def run_due(self, tenant: str, user: str) -> CurationOutcome | None:
         """Run L2 (then L3) if the timer says so; None when not due, ``dropped`` for an idle timer."""
+        files = self._fence(tenant, user)
         try:
             state = self.load(tenant, user)
         except MnemoflowError as exc:
@@ -173,28 +191,40 @@ class Curator:
         decision = sched.decide(state.timer, self.clock.now(), self.timing)
         if decision == "wait":
             return None
-        if decision == "drop":
-            self.save(tenant, user, state.model_copy(update={"timer": sched.on_drop(state.timer)}))
-            return CurationOutcome(tenant, user, "dropped")
-        return await self._run(tenant, user, state)
+        try:
+            if decision == "drop":
+                self._save(files, tenant, user, state.model_copy(update={"timer": sched.on_drop(state.timer)}))
+                return CurationOutcome(tenant, user, "dropped")
+            return await self._run(files, tenant, user, state)
+        except UserErased as exc:
+            return self._erased(tenant, user, exc)
 
     async def run_now(self, tenant: str, user: str) -> CurationOutcome:
         """Force a pass whatever the timer says (tests, admin endpoint)."""
+        files = self._fence(tenant, user)
         try:
             state = self.load(tenant, user)
         except MnemoflowError as exc:
             return self._failed(tenant, user, f"state: {exc}")
-        return await self._run(tenant, user, state)
-
-    async def _run(self, tenant: str, user: str, state: CurationState) -> CurationOutcome:
-        if not self.files.exists(ScenePaths(tenant, user).user_dir):  # erased (or never there): write nothing back
-            return CurationOutcome(tenant, user, "skipped")
-        scenes = SceneStore(self.files, tenant, user)
         try:
-            records = RecordLog(self.files, tenant, user).read(live_only=False)
+            return await self._run(files, tenant, user, state)
+        except UserErased as exc:
+            return self._erased(tenant, user, exc)
+
+    def _erased(self, tenant: str, user: str, exc: UserErased) -> CurationOutcome:
+        log.info("curation %s/%s stopped: %s", tenant, user, exc)
+        self._failures.pop((tenant, user))
+        return CurationOutcome(tenant, user, "skipped")
+
+    async def _run(self, files: FileStore, tenant: str, user: str, state: CurationState) -> CurationOutcome:
+        if not files.exists(ScenePaths(tenant, user).user_dir):  # erased (or never there): write nothing back
+            return CurationOutcome(tenant, user, "skipped")
+        scenes = SceneStore(files, tenant, user)
+        try:
+            records = RecordLog(files, tenant, user).read(live_only=False)
             if forget_in_scenes(scenes, records, self.clock.now()):  # the persona follows, even after a failure
                 state = state.model_copy(update={"persona": state.persona.model_copy(update={"rewrite_pending": True})})
-                self.save(tenant, user, state)
+                self._save(files, tenant, user, state)
             atoms = [to_scene_input(r) for r in records if r.live and state.cursor.admits(r)]
             report = await run_scene_passes(scenes, self.scene_engine, atoms, now=self.clock.now,
                                             policy=self.policy, batch_size=self.batch_size)  # fmt: skip
@@ -211,7 +241,7 @@ class Curator:
                                        reason=report.persona_update_reason)  # fmt: skip
         if report.error is not None:
             if committed:  # the committed windows are a successful step: keep them, retry the rest
-                self.save(tenant, user, state.model_copy(update={"cursor": cursor, "persona": persona}))
+                self._save(files, tenant, user, state.model_copy(update={"cursor": cursor, "persona": persona}))
             return self._failed(tenant, user, f"L2: {report.error}", report, cursor.ts)
         result: sched.L2Result = "applied" if report.applied else "skipped"
         timer_before = state.timer
@@ -219,16 +249,16 @@ class Curator:
             "cursor": cursor, "persona": persona,
             "timer": sched.on_l2_done(timer_before, self.clock.now(), result, self.timing),
         })  # fmt: skip
-        self.save(tenant, user, state)
+        self._save(files, tenant, user, state)
         self._failures.pop((tenant, user))
-        return await self._after_l2(tenant, user, state, report, result, timer_before, scenes)
+        return await self._after_l2(files, tenant, user, state, report, result, timer_before, scenes)
 
-    async def _after_l2(self, tenant: str, user: str, state: CurationState, report: ScenePassReport,
-                        result: sched.L2Result, timer_before: L2Timer,
+    async def _after_l2(self, files: FileStore, tenant: str, user: str, state: CurationState,
+                        report: ScenePassReport, result: sched.L2Result, timer_before: L2Timer,
                         scenes: SceneStore) -> CurationOutcome:  # fmt: skip
         """Navigation refresh and persona; a failure here is reported, the L2 step already stands. When scenes
         lost deleted memories the persona is written anew from them (it may still hold them)."""
-        persona_store = PersonaStore(self.files, tenant, user)
+        persona_store = PersonaStore(files, tenant, user)
         error, p_status, p_reason = None, "not_evaluated", ""
         forgot = state.persona.rewrite_pending
         try:
@@ -241,7 +271,7 @@ class Curator:
                 p_status, p_reason = p_out.status, p_out.reason
                 if new_persona != state.persona:
                     state = state.model_copy(update={"persona": new_persona})
-                    self.save(tenant, user, state)
+                    self._save(files, tenant, user, state)
         except (MnemoflowError, ValueError) as exc:
             log.error("persona %s/%s failed: %s", tenant, user, exc)
             error, p_status, p_reason = f"L3: {exc}", "failed", str(exc)

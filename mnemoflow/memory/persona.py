@@ -106,7 +106,7 @@ class PersonaStore:
         text = clean + "\n\n" + render_navigation(scenes) + "\n"
         previous = self.files.read_bytes(self.paths.persona)
         if previous is not None:
-            seq_path = f"{self.paths.user_dir}/.persona_backup/seq"
+            seq_path = f"{self.paths.persona_backups}/seq"
             seq = int((self.files.read_bytes(seq_path) or b"0").decode() or 0)
             self.files.write_atomic(self.paths.persona_backup(seq % self.backup_slots), previous)
             self.files.write_atomic(seq_path, str(seq + 1).encode())

@@ -28,12 +28,15 @@ class ScenePaths:
         self.persona = f"{self.user_dir}/persona.md"
         self.journal = f"{self.scenes_dir}/.backup/journal.json"
         self.state = f"{self.user_dir}/.l2l3_state.json"
+        self.persona_backups = f"{self.user_dir}/.persona_backup"
+        self.derived = (self.scenes_dir, self.persona, self.persona_backups, self.state)
+        """Everything L2/L3 writes (rebuilt from L1; what an erase during a pass must not leave behind)."""
 
     def scene_backup(self, slot: int) -> str:
         return f"{self.scenes_dir}/.backup/pass-{slot:02d}.json"
 
     def persona_backup(self, slot: int) -> str:
-        return f"{self.user_dir}/.persona_backup/persona-{slot}.md"
+        return f"{self.persona_backups}/persona-{slot}.md"
 
     def scene(self, name: str, files: FileStore | None = None) -> str:
         """The path of scene file ``name``; :class:`InvalidInput` if it is not a plain name inside the folder."""

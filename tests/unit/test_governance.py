@@ -312,3 +312,68 @@ def test_a_curation_pass_after_an_erase_writes_nothing_back(stack: Stack) -> Non
     stack.apply(EraseUser(user="ana"), "op-erase-2")
     assert asyncio.run(curator.run_now("acme", "ana")).status == "skipped"  # scheduled before the erase
     assert not (stack.root / "acme/users/ana").exists()
+
+
+def test_an_erase_that_overtakes_a_curation_pass_leaves_nothing_of_the_pass(stack: Stack) -> None:
+    """The curator and the eraser are different processes: the erase lands while the pass waits for its model."""
+    from mnemoflow.memory.curation import Curator
+    from mnemoflow.memory.l2_schedule import L2Timing
+    from mnemoflow.memory.persona_heuristic import HeuristicPersonaEngine
+    from mnemoflow.memory.scenes_heuristic import HeuristicSceneEngine
+
+    class ErasedMidPlan(HeuristicSceneEngine):
+        async def plan(self, *args: Any, **kwargs: Any) -> Any:
+            await asyncio.to_thread(stack.apply, EraseUser(user="ana"), "op-erase-mid")  # another thread's loop
+            return await super().plan(*args, **kwargs)
+
+    curator = Curator(stack.files, stack.clock, ErasedMidPlan(EMB), HeuristicPersonaEngine(), L2Timing())
+    out = asyncio.run(curator.run_now("acme", "ana"))
+    assert out.status == "skipped" and out.error is None
+    assert stack.status("op-erase-mid").status == "applied"
+    assert files_holding(stack.root, ANA_MARKERS) == {}
+    assert not (stack.root / "acme/users/ana").exists()
+    assert curator.on_l1_done("acme", "ana") is None  # a late notice does not bring a state file back
+    curator.on_activity("acme", "ana")
+    assert not (stack.root / "acme/users/ana").exists()
+
+
+def test_a_fence_keeps_what_a_user_said_after_coming_back(stack: Stack) -> None:
+    """Only derived files go when an erase overtakes a pass: L0 and records of a returning user stay."""
+    from mnemoflow.governance.fence import ErasureFence, UserErased
+    from mnemoflow.memory.scenes_paths import ScenePaths
+
+    paths = ScenePaths("acme", "ana")
+    fence = ErasureFence(stack.files, "acme", "ana", paths.derived)
+    stack.clock.advance(3600)
+    stack.apply(EraseUser(user="ana"), "op-erase-back")
+    stack.say("ana", ["I just moved to Lisbon"], "s-new", at=stack.clock.now() + timedelta(seconds=1))
+    with pytest.raises(UserErased):
+        fence.write_atomic(paths.persona, b"Ana keeps an axolotl named Zorblatt")
+    assert not (stack.root / paths.persona).exists()
+    assert [m.content for m in read_l0(stack.files, "acme", "ana")] == ["I just moved to Lisbon"]
+    assert live(stack, "ana")
+
+
+def test_a_retried_erase_reports_what_all_its_tries_removed(stack: Stack) -> None:
+    """A try that fails half-way (the folder removal here) leaves less for the retry; the counts are the erase's."""
+    from mnemoflow.errors import StorageError
+    from mnemoflow.governance.erase import Eraser
+
+    rows = stack.store.count("acme", "ana")
+    failing = {"left": 1}
+
+    class FlakyFiles(LocalFileStore):
+        def remove(self, path: str) -> int:
+            if path.endswith("users/ana") and failing["left"]:
+                failing["left"] -= 1
+                raise StorageError("cannot remove: Directory not empty")
+            return super().remove(path)
+
+    eraser = Eraser(FlakyFiles(stack.root), stack.store, scrub=lambda: scrub_sqlite_index(stack.index))
+    with pytest.raises(StorageError):
+        eraser.erase_user("acme", "ana", stack.clock.now(), "op-flaky")
+    again = eraser.erase_user("acme", "ana", stack.clock.now(), "op-flaky")
+    assert again["index_rows_removed"] == rows > 0 and again["sessions_erased"] == 1
+    assert again["files_removed"] > 0
+    assert files_holding(stack.root, ANA_MARKERS) == {}
+    assert eraser.erase_user("acme", "ana", stack.clock.now(), "op-flaky") == again  # a replay changes nothing
