@@ -2,7 +2,7 @@
 users hashed onto M curators). Built with :func:`build_shards` and :func:`build_curators`."""
 
 from actors.curator import CuratorClient, build_curators, curator_name
-from actors.placement import ShardClient, build_shards, connect_shards, llm_factory, shard_name
+from actors.placement import ShardClient, build_shards, connect_shards, shard_name
 
 __all__ = [
     "CuratorClient",
@@ -11,6 +11,5 @@ __all__ = [
     "build_shards",
     "connect_shards",
     "curator_name",
-    "llm_factory",
     "shard_name",
 ]

@@ -25,12 +25,12 @@ import ray
 from actors.routing import ActorRouter
 from mnemoflow.embedding import HashingEmbedder
 from mnemoflow.memory.curation import DEFAULT_TIMING, CurationState, Curator
-from mnemoflow.memory.l2_schedule import L2Timing
-from mnemoflow.memory.persona_heuristic import HeuristicPersonaEngine
-from mnemoflow.memory.persona_llm import LLMPersonaEngine
-from mnemoflow.memory.scenes_heuristic import HeuristicSceneEngine
-from mnemoflow.memory.scenes_llm import LLMSceneEngine
-from mnemoflow.memory.scenes_paths import ScenePaths
+from mnemoflow.memory.persona.heuristic import HeuristicPersonaEngine
+from mnemoflow.memory.persona.llm import LLMPersonaEngine
+from mnemoflow.memory.scenes.heuristic import HeuristicSceneEngine
+from mnemoflow.memory.scenes.llm import LLMSceneEngine
+from mnemoflow.memory.scenes.paths import ScenePaths
+from mnemoflow.memory.scenes.schedule import L2Timing
 from mnemoflow.ports import LLM, Clock, Embedder, SystemClock
 from mnemoflow.sharding import shard_for, user_key
 from mnemoflow.storage import LocalFileStore

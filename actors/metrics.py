@@ -16,8 +16,8 @@ from typing import Any
 from ray.util.metrics import Counter, Gauge, Histogram
 
 from mnemoflow.llm.usage import CallRecord
-from mnemoflow.memory.dedup import DedupStats
-from mnemoflow.memory.l1_pipeline import L1RunResult
+from mnemoflow.memory.l1.dedup import DedupStats
+from mnemoflow.memory.l1.pipeline import L1RunResult
 
 LATENCY_BOUNDARIES_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]
 GATE_DECISIONS = {

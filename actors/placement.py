@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ray
@@ -16,21 +16,13 @@ from mnemoflow.errors import InvalidInput
 from mnemoflow.offload.entries import SessionAppend
 from mnemoflow.offload.replies import CompactRefused, CompactReply
 from mnemoflow.offload.session_state import SessionState
+from mnemoflow.tracing import TraceExport
 
 log = logging.getLogger(__name__)
 
 
 def shard_name(index: int) -> str:
     return f"session-shard-{index}"
-
-
-def llm_factory(settings: Settings) -> Callable[[], Any] | None:
-    """What actors call to reach the model: the ``llm`` Serve application, or None for the heuristic engines."""
-    if settings.llm_engine == "heuristic":
-        return None
-    from serving.llm import serve_llm
-
-    return serve_llm
 
 
 def spread_over_nodes(index: int) -> Any:
@@ -43,12 +35,16 @@ def spread_over_nodes(index: int) -> Any:
     return NodeAffinitySchedulingStrategy(nodes[index % len(nodes)], soft=True) if nodes else "DEFAULT"
 
 
-def build_shards(settings: Settings, lifetime: str | None = None) -> list[Any]:
+def build_shards(
+    settings: Settings, lifetime: str | None = None, llm_factory: Callable[[], Any] | None = None
+) -> list[Any]:
     """Create (or find) the N named shard actors. They restart on failure and reload from files.
 
-    ``lifetime="detached"`` (the cluster shape) keeps them alive after the creating process ends."""
+    ``lifetime="detached"`` (the cluster shape) keeps them alive after the creating process ends. ``llm_factory``
+    (picklable) reaches the model from inside a shard; None: heuristic summaries, boundaries and canvases."""
     remote = ray.remote(SessionShard)
     data_dir = str(settings.data_dir.resolve())
+    traces = TraceExport.from_settings(settings)
     handles = [
         remote.options(
             name=shard_name(i),
@@ -59,7 +55,7 @@ def build_shards(settings: Settings, lifetime: str | None = None) -> list[Any]:
             max_restarts=-1,
             max_task_retries=3,
             scheduling_strategy=spread_over_nodes(i),
-        ).remote(i, data_dir, settings.shard_idle_seconds, settings.shard_max_sessions, llm_factory(settings))
+        ).remote(i, data_dir, settings.shard_idle_seconds, settings.shard_max_sessions, llm_factory, traces)
         for i in range(settings.session_shards)
     ]
     ray.get([h.stats.remote() for h in handles])  # wait until every shard is up
@@ -73,13 +69,15 @@ class ShardClient(ActorRouter):
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings.session_shards, settings.ray_namespace, shard_name, "session shard")
 
-    async def notify(self, appended: list[SessionAppend]) -> None:
-        """Send each shard the new entries of its sessions, one call per shard, all shards at once."""
+    async def notify(self, appended: list[SessionAppend], *, traceparents: Sequence[str] = ()) -> None:
+        """Send each shard the new entries of its sessions, one call per shard, all shards at once (with the
+        traces the work continues, when tracing is on)."""
         by_shard: dict[int, list[tuple[str, str, list[str], int]]] = {}
         for a in appended:
             update = (a.tenant, a.session, [e.model_dump_json() for e in a.new_entries], a.last_seq)
             by_shard.setdefault(self.index_for(a.tenant, a.session), []).append(update)
-        await asyncio.gather(*(self.handle(i).sync.remote(u) for i, u in by_shard.items()))
+        traced = {"traceparents": list(traceparents)} if traceparents else {}
+        await asyncio.gather(*(self.handle(i).sync.remote(u, **traced) for i, u in by_shard.items()))
 
     async def get_state(self, tenant: str, session: str) -> SessionState:
         return await self.owner(tenant, session).get_state.remote(tenant, session)

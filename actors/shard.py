@@ -14,10 +14,12 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
+
+from opentelemetry.trace import SpanKind
 
 from actors.metrics import ShardMetrics
 from mnemoflow.errors import InvalidInput
@@ -28,6 +30,7 @@ from mnemoflow.offload.session_state import SequenceGap, SessionState, advance, 
 from mnemoflow.ports import SystemClock
 from mnemoflow.ports.llm import LLM
 from mnemoflow.storage import LocalFileStore
+from mnemoflow.tracing import TraceExport, from_traceparent, links_to
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +45,10 @@ class SessionShard:
         idle_seconds: float,
         max_sessions: int,
         llm_factory: Callable[[], LLM] | None = None,
+        trace_export: TraceExport | None = None,
     ) -> None:
         self.index = index
+        self._tracing = trace_export.start("shard") if trace_export is not None else None
         self._files = LocalFileStore(Path(data_dir))
         self._idle_seconds = idle_seconds
         self._max_sessions = max_sessions
@@ -84,12 +89,24 @@ class SessionShard:
                 del self._locks[oldest_key]
         self._metrics.held(len(self._sessions))
 
-    async def sync(self, updates: list[tuple[str, str, list[str], int]]) -> int:
+    async def sync(self, updates: list[tuple[str, str, list[str], int]], traceparents: Sequence[str] = ()) -> int:
         """Apply new offload entries: ``(tenant, session, entries as JSON, last seq of the log)`` per session.
 
         Entries already applied are ignored; a hole is filled from the session's log. The changed states are
         saved together, off the event loop, under the locks of their sessions. Returns how many changed.
+        ``traceparents`` (tracing on): the worker's spans this call continues (the first) and links (the others).
         """
+        if self._tracing is None or not traceparents:
+            return await self._sync(updates)
+        parent, *others = traceparents
+        with self._tracing.span("mnemoflow.shard.sync", from_traceparent(parent), {"mnemoflow.shard": self.index,
+                                "mnemoflow.offload.sessions": len(updates)}, SpanKind.SERVER,
+                                links_to(others)) as span:  # fmt: skip
+            changed = await self._sync(updates)
+            span.set_attribute("mnemoflow.shard.changed", changed)
+            return changed
+
+    async def _sync(self, updates: list[tuple[str, str, list[str], int]]) -> int:
         states: dict[SessionKey, SessionState] = {}
         changed: list[SessionState] = []
         async with AsyncExitStack() as locks:

@@ -162,8 +162,8 @@ def tally(keys: list[Key], out: Outcome) -> dict[str, int]:
 
 def l1_snapshot(data: Path, users: list[str]) -> dict[str, Any]:
     """Atoms (every record ever added, superseded included), trigger state and extraction coverage."""
-    from mnemoflow.memory.l1_state import load_cursor, load_triggers
-    from mnemoflow.memory.records import RecordLog
+    from mnemoflow.memory.l1.records import RecordLog
+    from mnemoflow.memory.l1.state import load_cursor, load_triggers
     from mnemoflow.storage import LocalFileStore
 
     files = LocalFileStore(data)

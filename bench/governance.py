@@ -46,16 +46,16 @@ from mnemoflow.governance.applier import OperationApplier
 from mnemoflow.governance.bundle import BundleImporter, export_user
 from mnemoflow.governance.operations import EraseUser, OperationEvent
 from mnemoflow.governance.reindex import reindex_user
+from mnemoflow.index.sqlite import SqliteVectorStore
+from mnemoflow.index.sqlite_scrub import scrub_sqlite_index
 from mnemoflow.memory.l0 import L0Writer
-from mnemoflow.memory.l1_heuristic import HeuristicExtractor, HeuristicJudge
-from mnemoflow.memory.l1_models import L1Record
-from mnemoflow.memory.l1_pipeline import L1Pipeline
-from mnemoflow.memory.records import RecordLog
+from mnemoflow.memory.l1.heuristic import HeuristicExtractor, HeuristicJudge
+from mnemoflow.memory.l1.models import L1Record
+from mnemoflow.memory.l1.pipeline import L1Pipeline
+from mnemoflow.memory.l1.records import RecordLog
 from mnemoflow.ports import Embedder, SystemClock
 from mnemoflow.replay import from_locomo
 from mnemoflow.storage import LocalFileStore
-from mnemoflow.stores.sqlite import SqliteVectorStore
-from mnemoflow.stores.sqlite_scrub import scrub_sqlite_index
 from mnemoflow.testing import files_holding
 
 EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval" / "locomo" / "locomo-dev.json"

@@ -50,19 +50,19 @@ import numpy as np
 from mnemoflow.config import Settings
 from mnemoflow.embedding.factory import build_embedder
 from mnemoflow.events import TurnEvent
-from mnemoflow.memory.dedup import DedupConfig
+from mnemoflow.index.sqlite import SqliteVectorStore
 from mnemoflow.memory.l0 import L0Writer
-from mnemoflow.memory.l1_heuristic import HeuristicExtractor, HeuristicJudge
-from mnemoflow.memory.l1_pipeline import L1Pipeline, L1Settings
-from mnemoflow.memory.recall import Recaller
-from mnemoflow.memory.recall_config import RECIPES
-from mnemoflow.memory.records import RecordLog
-from mnemoflow.memory.triggers import L1Triggers, TriggerState
+from mnemoflow.memory.l1.dedup import DedupConfig
+from mnemoflow.memory.l1.heuristic import HeuristicExtractor, HeuristicJudge
+from mnemoflow.memory.l1.pipeline import L1Pipeline, L1Settings
+from mnemoflow.memory.l1.records import RecordLog
+from mnemoflow.memory.l1.triggers import L1Triggers, TriggerState
+from mnemoflow.memory.recall.config import RECIPES
+from mnemoflow.memory.recall.recaller import Recaller
 from mnemoflow.ports import Embedder
 from mnemoflow.ports.vectors import AtomRow
 from mnemoflow.prompts import l1_extraction
 from mnemoflow.storage import LocalFileStore
-from mnemoflow.stores.sqlite import SqliteVectorStore
 from mnemoflow.tokens import count_tokens
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -47,11 +47,11 @@ from mnemoflow.config import Settings  # noqa: E402
 from mnemoflow.embedding.factory import build_embedder  # noqa: E402
 from mnemoflow.events import TurnEvent  # noqa: E402
 from mnemoflow.memory.l0 import L0Writer  # noqa: E402
-from mnemoflow.memory.l1_heuristic import HeuristicExtractor, HeuristicJudge  # noqa: E402
-from mnemoflow.memory.l1_pipeline import L1Pipeline  # noqa: E402
-from mnemoflow.memory.recall import Recaller  # noqa: E402
-from mnemoflow.memory.recall_config import RECIPES  # noqa: E402
-from mnemoflow.memory.triggers import L1Triggers, TriggerState  # noqa: E402
+from mnemoflow.memory.l1.heuristic import HeuristicExtractor, HeuristicJudge  # noqa: E402
+from mnemoflow.memory.l1.pipeline import L1Pipeline  # noqa: E402
+from mnemoflow.memory.l1.triggers import L1Triggers, TriggerState  # noqa: E402
+from mnemoflow.memory.recall.config import RECIPES  # noqa: E402
+from mnemoflow.memory.recall.recaller import Recaller  # noqa: E402
 from mnemoflow.ports import Embedder  # noqa: E402
 from mnemoflow.ports.vectors import AtomRow  # noqa: E402
 from mnemoflow.storage import LocalFileStore  # noqa: E402

@@ -38,16 +38,16 @@ from pathlib import Path
 from typing import Any
 
 from mnemoflow.embedding import HashingEmbedder
-from mnemoflow.memory.persona import PersonaContext, PersonaStore, generate_persona, strip_navigation
-from mnemoflow.memory.persona_heuristic import HeuristicPersonaEngine
-from mnemoflow.memory.persona_trigger import PersonaState, after_scene_pass
+from mnemoflow.memory.persona.generate import PersonaContext, PersonaStore, generate_persona, strip_navigation
+from mnemoflow.memory.persona.heuristic import HeuristicPersonaEngine
+from mnemoflow.memory.persona.trigger import PersonaState, after_scene_pass
 from mnemoflow.memory.salience import content_words
-from mnemoflow.memory.scenes_heuristic import HeuristicSceneEngine
-from mnemoflow.memory.scenes_model import SceneBlock, SceneInput
-from mnemoflow.memory.scenes_pass import run_scene_passes
-from mnemoflow.memory.scenes_plan import ScenePolicy
-from mnemoflow.memory.scenes_store import SceneStore
-from mnemoflow.memory.scenes_text import Item, parse_items, render_items
+from mnemoflow.memory.scenes.heuristic import HeuristicSceneEngine
+from mnemoflow.memory.scenes.model import SceneBlock, SceneInput
+from mnemoflow.memory.scenes.passes import run_scene_passes
+from mnemoflow.memory.scenes.plan import ScenePolicy
+from mnemoflow.memory.scenes.store import SceneStore
+from mnemoflow.memory.scenes.text import Item, parse_items, render_items
 from mnemoflow.ports import Embedder
 from mnemoflow.storage import LocalFileStore
 

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from mnemoflow.index import InMemoryVectorStore
 from mnemoflow.ports.vectors import ATOM_TYPES, AtomRow, VectorStore
-from mnemoflow.stores import InMemoryVectorStore
 
 MODEL = "synthetic-384"
 VERSIONS = {"memory": [], "sqlite": ["apsw", "sqlite-vec"], "milvus": ["pymilvus", "milvus-lite"],
@@ -40,11 +40,11 @@ def open_backend(name: str, workdir: Path, dim: int) -> VectorStore:
     if name == "memory":
         return InMemoryVectorStore(dim=dim, embedding_model=MODEL)
     if name == "sqlite":
-        from mnemoflow.stores.sqlite import SqliteVectorStore
+        from mnemoflow.index.sqlite import SqliteVectorStore
 
         return SqliteVectorStore.open(str(workdir / "atoms.sqlite"), dim=dim, embedding_model=MODEL)
     if name in ("milvus", "milvus_client"):  # milvus_client: both searches, RRF fused in Python
-        from mnemoflow.stores.milvus import MilvusVectorStore
+        from mnemoflow.index.milvus import MilvusVectorStore
 
         fusion = "client" if name == "milvus_client" else "server"
         return MilvusVectorStore.open(str(workdir / f"{name}.db"), dim=dim, embedding_model=MODEL, fusion=fusion)

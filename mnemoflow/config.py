@@ -136,6 +136,19 @@ class Settings(BaseSettings):
         9464, ge=0, le=65535, description="Port of a worker's /metrics (0: not served). A second worker "
         "on one host finds it taken and runs without (logged); give each its own port there.",
     )
+    otel_endpoint: str | None = Field(
+        None,
+        description="OTLP/HTTP collector (http://host:4318) every plane exports its OpenTelemetry spans to; "
+        "None (and no otel_span_dir): no tracing at all.",
+    )
+    otel_span_dir: Path | None = Field(
+        None,
+        description="Tests and debugging: each process appends its spans as JSON lines to "
+        "<dir>/<plane>-<pid>.jsonl instead of exporting them (tracing is on).",
+    )
+    otel_sample_ratio: float = Field(
+        1.0, ge=0, le=1, description="Share of new traces kept (a request's trace is kept or dropped whole)."
+    )
 
     milvus_uri: str | None = Field(None, description="Milvus URI; None uses the embedded vector index.")
     embedder: Literal["e5", "minilm", "hashing", "openai"] = Field(

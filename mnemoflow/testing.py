@@ -124,9 +124,14 @@ class ListBus:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, list[tuple[str, bytes, int | None]]]] = []
+        self.headers: list[list[tuple[str, bytes]] | None] = []
+        """The headers of each publish in ``sent`` (None: none given)."""
 
-    async def publish(self, topic: str, records: list[tuple[str, bytes, int | None]]) -> None:
+    async def publish(
+        self, topic: str, records: list[tuple[str, bytes, int | None]], headers: list[tuple[str, bytes]] | None = None
+    ) -> None:
         self.sent.append((topic, records))
+        self.headers.append(headers)
 
     async def close(self) -> None:
         pass

@@ -6,14 +6,16 @@ from the key, then apply the tenant's rate limit. ``/health/live`` says the proc
 ``/health`` is readiness: every dependency check passes (200) or the report names what fails (503).
 """
 
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
+from opentelemetry.trace import SpanKind
 from pydantic import BaseModel, Field
 
 from mnemoflow.client.models import Accepted, WhoAmI
@@ -21,10 +23,11 @@ from mnemoflow.config import Settings
 from mnemoflow.errors import InvalidInput, MnemoflowError, ServiceUnavailable
 from mnemoflow.events import ToolResultIn, TurnIn
 from mnemoflow.health import Check, run_checks
-from mnemoflow.memory.recall import Recaller
+from mnemoflow.memory.recall.recaller import Recaller
 from mnemoflow.ratelimit import RateLimiter
 from mnemoflow.storage import LocalFileStore
-from serving.bus import EventBus
+from mnemoflow.tracing import TRACE_HEADERS, Tracing, extract_headers, inject_headers
+from serving.bus import EventBus, Headers
 from serving.deps import ApiDeps, Compactor, StateReader
 from serving.metrics import ApiMetrics
 from serving.metrics_governance import GovernanceCollector
@@ -59,8 +62,11 @@ def create_api(
     recaller_factory: Callable[[], Recaller] | None = None,
     health_checks: HealthChecks | None = None,
     timer: Callable[[], float] = time.monotonic,
+    tracing: Tracing | None = None,
 ) -> FastAPI:
-    """``health_checks`` None: ``/health`` has nothing to check and says ok. ``timer`` drives the rate limits."""
+    """``health_checks`` None: ``/health`` has nothing to check and says ok. ``timer`` drives the rate limits.
+    ``tracing`` None: no spans (the default); else a submission's span continues a ``traceparent`` the caller
+    sent, and its records carry the span's context to the worker."""
     app = FastAPI(title="mnemoflow", version="0.1.0", description="Memory service for fleets of LLM agents.")
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
                        suffix_limits={"/import": settings.max_import_bytes})
@@ -92,17 +98,33 @@ def create_api(
         log.exception("%s %s failed", request.method, request.url.path)
         return JSONResponse({"detail": f"internal error ({type(exc).__name__}); see the server log"}, 500)
 
+    @contextlib.contextmanager
+    def traced(request: Request, tenant: str, events: int) -> Iterator[Headers | None]:
+        """The submission's span (tracing on), and the headers that carry it on the records; else None."""
+        if tracing is None:
+            yield None
+            return
+        route = request.scope["route"].path
+        attributes = {"http.request.method": request.method, "http.route": route, "mnemoflow.tenant": tenant,
+                      "mnemoflow.events": events}  # fmt: skip
+        parent = extract_headers({k: v.encode() for k, v in request.headers.items() if k in TRACE_HEADERS})
+        with tracing.span(f"{request.method} {route}", parent, attributes, SpanKind.SERVER):
+            yield inject_headers()
+
     @app.post("/v1/turns", status_code=202, response_model=Accepted)
-    async def submit_turns(batch: TurnBatch, tenant: Tenant) -> Accepted:
+    async def submit_turns(batch: TurnBatch, tenant: Tenant, request: Request) -> Accepted:
         """Append conversation messages; answers once Kafka acknowledged every one."""
-        n = await publish_turns(bus, tenant, batch.turns, datetime.now(UTC))
+        with traced(request, tenant, len(batch.turns)) as headers:
+            n = await publish_turns(bus, tenant, batch.turns, datetime.now(UTC), headers)
         metrics.events.labels("turn").inc(n)
         return Accepted(accepted=n)
 
     @app.post("/v1/tool-results", status_code=202, response_model=Accepted)
-    async def submit_tool_results(batch: ToolResultBatch, tenant: Tenant) -> Accepted:
+    async def submit_tool_results(batch: ToolResultBatch, tenant: Tenant, request: Request) -> Accepted:
         """Offload tool outputs; each session's results go to the partition of its shard."""
-        n = await publish_tool_results(bus, settings.shard_partitions, tenant, batch.results, datetime.now(UTC))
+        with traced(request, tenant, len(batch.results)) as headers:
+            partitions, now = settings.shard_partitions, datetime.now(UTC)
+            n = await publish_tool_results(bus, partitions, tenant, batch.results, now, headers)
         metrics.events.labels("tool_result").inc(n)
         return Accepted(accepted=n)
 

@@ -24,14 +24,17 @@ class ApiIngress:
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         from actors import ShardClient
+        from mnemoflow.tracing import setup_tracing
         from serving.api import create_api
         from serving.bus import KafkaBus
         from serving.health import runtime_checks
 
         shards = ShardClient(self._settings)
         checks = runtime_checks(self._settings, self._bootstrap, shards)
+        tracing = setup_tracing(self._settings, "api")
+        bus = KafkaBus(self._bootstrap)
         return create_api(
-            self._settings, KafkaBus(self._bootstrap), shards.get_state, shards.compact, self._recaller, checks
+            self._settings, bus, shards.get_state, shards.compact, self._recaller, checks, tracing=tracing
         )
 
     def _recaller(self) -> Any:
@@ -40,9 +43,9 @@ class ApiIngress:
         replica write while this one reads)."""
         from actors.metrics import TimedIndex
         from mnemoflow.embedding.query_cache import QueryCache
-        from mnemoflow.memory.recall import Recaller
+        from mnemoflow.index.factory import open_index
+        from mnemoflow.memory.recall.recaller import Recaller
         from mnemoflow.storage import LocalFileStore
-        from mnemoflow.stores.factory import open_index
 
         embedder, store = open_index(self._settings)
         files = LocalFileStore(self._settings.data_dir)

@@ -84,14 +84,16 @@ def _lifetime(detached: bool) -> str | None:
 def ensure_shards(settings: Settings, *, detached: bool) -> list[Any]:
     """Create or find the ``session_shards`` named SessionShard actors."""
     from actors import build_shards
+    from serving.llm import llm_factory
 
-    return build_shards(settings, lifetime=_lifetime(detached))
+    return build_shards(settings, lifetime=_lifetime(detached), llm_factory=llm_factory(settings))
 
 
 def ensure_curators(settings: Settings, *, detached: bool) -> list[Any]:
     """Create or find the ``curator_shards`` named UserCurator actors, with the L2 timing from settings."""
-    from actors import build_curators, llm_factory
-    from mnemoflow.memory.l2_schedule import L2Timing
+    from actors import build_curators
+    from mnemoflow.memory.scenes.schedule import L2Timing
+    from serving.llm import llm_factory
 
     s = settings
     timing = L2Timing(

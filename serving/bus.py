@@ -11,9 +11,15 @@ from mnemoflow.errors import ServiceUnavailable
 log = logging.getLogger(__name__)
 
 
+Headers = list[tuple[str, bytes]]
+
+
 class EventBus(Protocol):
-    async def publish(self, topic: str, records: list[tuple[str, bytes, int | None]]) -> None:
-        """Produce ``(key, value, partition or None)`` records in order; return when all are acknowledged."""
+    async def publish(
+        self, topic: str, records: list[tuple[str, bytes, int | None]], headers: Headers | None = None
+    ) -> None:
+        """Produce ``(key, value, partition or None)`` records in order; return when all are acknowledged.
+        ``headers`` go on every record (the request's trace context, when tracing is on)."""
         ...
 
     async def close(self) -> None: ...
@@ -39,12 +45,17 @@ class KafkaBus:
                 self._producer = producer
         return self._producer
 
-    async def publish(self, topic: str, records: list[tuple[str, bytes, int | None]]) -> None:
+    async def publish(
+        self, topic: str, records: list[tuple[str, bytes, int | None]], headers: Headers | None = None
+    ) -> None:
         from aiokafka.errors import KafkaError
 
         try:
             producer = await self._get()
-            futures = [await producer.send(topic, value, key=key.encode(), partition=p) for key, value, p in records]
+            futures = [
+                await producer.send(topic, value, key=key.encode(), partition=p, headers=headers)
+                for key, value, p in records
+            ]
             await asyncio.gather(*futures)
         except KafkaError as exc:
             raise ServiceUnavailable(f"Kafka did not acknowledge the events: {exc}") from exc

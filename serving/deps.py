@@ -12,7 +12,7 @@ from fastapi import Path
 from mnemoflow.config import Settings
 from mnemoflow.errors import ServiceUnavailable
 from mnemoflow.ids import SafeId
-from mnemoflow.memory.recall import Recaller
+from mnemoflow.memory.recall.recaller import Recaller
 from mnemoflow.offload.replies import CompactReply
 from mnemoflow.offload.session_state import SessionState
 from mnemoflow.storage import LocalFileStore

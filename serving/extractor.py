@@ -11,21 +11,24 @@ import asyncio
 import contextlib
 import functools
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from opentelemetry.trace import SpanKind
 from ray import serve
 
 from actors.metrics import ExtractorMetrics, TimedIndex
 from mnemoflow.config import Settings
 from mnemoflow.governance.applier import OperationApplier, OperationReply
 from mnemoflow.governance.operations import OperationEvent
+from mnemoflow.index.factory import index_path, open_index
+from mnemoflow.index.sqlite_scrub import scrub_sqlite_index
 from mnemoflow.memory.engines import l1_engines
-from mnemoflow.memory.l1_pipeline import L1Pipeline, L1RunReply
+from mnemoflow.memory.l1.pipeline import L1Pipeline, L1RunReply, L1RunResult
 from mnemoflow.ports import SystemClock
 from mnemoflow.storage import LocalFileStore
-from mnemoflow.stores.factory import index_path, open_index
-from mnemoflow.stores.sqlite_scrub import scrub_sqlite_index
+from mnemoflow.tracing import Tracing, from_traceparent, setup_tracing
+from serving.llm import llm_factory
 from serving.loopback import keep_replica_on_loopback
 
 
@@ -35,8 +38,6 @@ class ExtractorServer:
         self.run.set_max_batch_size(max_batch_size)  # 1 turns batching off (the benchmark compares both)
         embedder, index = open_index(settings)
         self.store = TimedIndex(index)
-        from actors import llm_factory
-
         make_llm = llm_factory(settings)
         extractor, judge = l1_engines(make_llm() if make_llm else None)
         self._pipeline = L1Pipeline(
@@ -48,6 +49,7 @@ class ExtractorServer:
         self._locks: dict[tuple[str, str], tuple[asyncio.Lock, list[int]]] = {}
         self._operations = _operation_applier(settings, self._pipeline, embedder, self.store)
         self._metrics = ExtractorMetrics()
+        self._tracing = setup_tracing(settings, "extractor")
 
     @contextlib.asynccontextmanager
     async def _user(self, key: tuple[str, str]) -> AsyncIterator[None]:
@@ -62,10 +64,11 @@ class ExtractorServer:
             if not entry[1][0]:
                 del self._locks[key]
 
-    async def _locked_run(self, tenant: str, user: str) -> Any:
+    async def _locked_run(self, tenant: str, user: str, parent: str | None = None) -> Any:
         async with self._user((tenant, user)):
             try:
-                result = await self._pipeline.run(tenant, user)
+                run = functools.partial(self._pipeline.run, tenant, user)
+                result = await (run() if self._tracing is None else traced_pass(self._tracing, parent, tenant, run))
             except Exception:
                 self._metrics.ran(None, self._pipeline.deduper.stats)
                 raise
@@ -81,11 +84,13 @@ class ExtractorServer:
             self._metrics.rows(event.tenant, self.store.count(event.tenant))
             return reply
 
-    async def _run_user(self, tenant: str, user: str) -> L1RunReply:
+    async def _run_user(self, tenant: str, user: str, parent: str | None = None) -> L1RunReply:
+        """``parent``: the traceparent of the worker's span (tracing on); a request that joins a run in flight
+        joins its span too."""
         key = (tenant, user)
         task = self._running.get(key)
         if task is None:
-            task = asyncio.ensure_future(self._locked_run(tenant, user))
+            task = asyncio.ensure_future(self._locked_run(tenant, user, parent))
             self._running[key] = task
             self._metrics.running(len(self._running))
             task.add_done_callback(lambda _: self._finished(key))
@@ -99,9 +104,10 @@ class ExtractorServer:
         self._metrics.running(len(self._running))
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)
-    async def run(self, requests: list[tuple[str, str]]) -> list[L1RunReply]:
+    async def run(self, requests: list[tuple[str, str] | tuple[str, str, str | None]]) -> list[L1RunReply]:
+        """Each request is ``(tenant, user)``, or ``(tenant, user, traceparent)`` from a worker that traces."""
         self._batch_sizes.append(len(requests))
-        return list(await asyncio.gather(*(self._run_user(t, u) for t, u in requests)))
+        return list(await asyncio.gather(*(self._run_user(*request) for request in requests)))
 
     def batch_sizes(self) -> list[int]:
         return list(self._batch_sizes)
@@ -109,6 +115,26 @@ class ExtractorServer:
     async def check(self) -> str:
         """Readiness of this replica, for ``/health``: it answers, and says how many users' runs are in flight."""
         return f"{len(self._running)} runs in flight"
+
+
+MAX_ATOM_IDS = 100
+"""Atom ids a pass's span lists (a backlog's first pass can store thousands; the counts are always whole)."""
+
+
+async def traced_pass(
+    tracing: Tracing, parent: str | None, tenant: str, run: Callable[[], Awaitable[L1RunResult]]
+) -> L1RunResult:
+    """One L1 pass under a span continuing the worker's trace, with what it did to the atoms (counts and the
+    ids of the atoms stored; never their text)."""
+    attributes = {"mnemoflow.tenant": tenant}
+    with tracing.span("mnemoflow.extractor.l1_pass", from_traceparent(parent), attributes, SpanKind.SERVER) as span:
+        result = await run()
+        span.set_attributes({
+            "mnemoflow.l1.windows": result.windows, "mnemoflow.l1.stored": result.stored,
+            "mnemoflow.l1.updated": result.updated, "mnemoflow.l1.merged": result.merged,
+            "mnemoflow.l1.skipped": result.skipped, "mnemoflow.l1.atom_ids": result.atom_ids[:MAX_ATOM_IDS],
+        })  # fmt: skip
+        return result
 
 
 def _operation_applier(settings: Settings, pipeline: L1Pipeline, embedder: Any, store: Any) -> OperationApplier:
@@ -131,8 +157,9 @@ class ExtractorClient:
     def __init__(self, app_name: str = "extractor") -> None:
         self._handle = serve.get_app_handle(app_name)
 
-    async def run(self, tenant: str, user: str) -> L1RunReply:
-        return await self._handle.run.remote((tenant, user))
+    async def run(self, tenant: str, user: str, *, traceparent: str | None = None) -> L1RunReply:
+        request = (tenant, user) if traceparent is None else (tenant, user, traceparent)
+        return await self._handle.run.remote(request)
 
     async def apply_operation(self, event: OperationEvent) -> OperationReply:
         return await self._handle.apply_operation.remote(event)

@@ -9,6 +9,7 @@ the caller's ``ServeLLM.usage`` records each call's stage, latency and outcome a
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -23,6 +24,12 @@ from mnemoflow.ports.llm import ChatMessage
 from serving.loopback import keep_replica_on_loopback
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def llm_factory(settings: Settings) -> Callable[[], ServeLLM] | None:
+    """What actors and the extractor call to reach the model: the ``llm`` Serve application, or None for the
+    heuristic engines. Picklable (a module-level function), so actors build the handle where they run."""
+    return None if settings.llm_engine == "heuristic" else serve_llm
 
 
 class LLMServer:

@@ -37,8 +37,8 @@ from mnemoflow.governance.operations import (
 )
 from mnemoflow.governance.status import OperationLog
 from mnemoflow.ids import SafeId
-from mnemoflow.memory.l1_models import MAX_CONTENT
-from mnemoflow.memory.records import RecordLog
+from mnemoflow.memory.l1.models import MAX_CONTENT
+from mnemoflow.memory.l1.records import RecordLog
 from mnemoflow.ports.vectors import AtomType
 from mnemoflow.storage import Layout
 from serving.deps import ApiDeps, PathId

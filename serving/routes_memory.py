@@ -12,11 +12,11 @@ from mnemoflow.client.models import AtomDrillDown, ConversationHitOut
 from mnemoflow.config import TOPIC_JOBS
 from mnemoflow.ids import SafeId
 from mnemoflow.memory.l0 import L0Message, read_l0
-from mnemoflow.memory.l1_schedule import L1Job
-from mnemoflow.memory.persona import PersonaStore
-from mnemoflow.memory.recall import RecallHit, RecallResult
-from mnemoflow.memory.scenes_drilldown import drill_down as scene_refs
-from mnemoflow.memory.scenes_paths import ScenePaths
+from mnemoflow.memory.l1.schedule import L1Job
+from mnemoflow.memory.persona.generate import PersonaStore
+from mnemoflow.memory.recall.recaller import RecallHit, RecallResult
+from mnemoflow.memory.scenes.drilldown import drill_down as scene_refs
+from mnemoflow.memory.scenes.paths import ScenePaths
 from serving.deps import ApiDeps, PathId
 
 

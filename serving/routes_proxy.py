@@ -20,8 +20,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from mnemoflow.errors import InvalidInput, ServiceUnavailable
 from mnemoflow.events import ToolResultIn, TurnIn
-from mnemoflow.memory.recall import RecallResult
-from mnemoflow.memory.recall_sources import context_digest
+from mnemoflow.memory.recall.recaller import RecallResult
+from mnemoflow.memory.recall.sources import context_digest
 from mnemoflow.offload.replies import CompactReply
 from mnemoflow.proxy.answer import StreamedAnswer, answer_text
 from mnemoflow.proxy.capture import CaptureLog

@@ -43,10 +43,11 @@ from mnemoflow.handlers import (
     WriterThread,
 )
 from mnemoflow.handlers.retention import RetentionSweeper
-from mnemoflow.memory.l1_schedule import L1Scheduler
+from mnemoflow.memory.l1.schedule import L1Scheduler
 from mnemoflow.ports import SystemClock
 from mnemoflow.retry import RetryPolicy
 from mnemoflow.storage import LocalFileStore
+from mnemoflow.tracing import Tracing
 from streams.faust_transport import App, RawBytes
 from streams.metrics import WorkerMetrics
 
@@ -65,6 +66,12 @@ def raw_record(message: Any) -> RawRecord:
     return RawRecord(message.value or b"", message.key, message.topic, message.partition, message.offset)
 
 
+def traced_record(message: Any) -> RawRecord:
+    """:func:`raw_record` with the record's headers (the trace context), read only when tracing is on."""
+    return RawRecord(message.value or b"", message.key, message.topic, message.partition, message.offset,
+                     message.headers)  # fmt: skip
+
+
 def build_app(
     settings: Settings,
     bootstrap: str,
@@ -73,9 +80,11 @@ def build_app(
     l1_done: L1Done | None = None,
     apply_operation: ApplyOperation | None = None,
     metrics: WorkerMetrics | None = None,
+    tracing: Tracing | None = None,
 ) -> faust.App:
     """Faust app wired to the core. The callables reach the Ray actors and Serve deployments (None: not wired).
-    ``metrics`` is counted whether or not anything serves it (the worker process does, on loopback)."""
+    ``metrics`` is counted whether or not anything serves it (the worker process does, on loopback). ``tracing``
+    None: no span is made and no record header read."""
     metrics = metrics if metrics is not None else WorkerMetrics()
     app = App(
         WORKER_GROUP,  # the app id is the consumer group (health, KEDA and the assignor topic name it)
@@ -100,7 +109,9 @@ def build_app(
     commands = app.topic(TOPIC_COMMANDS, partitions=settings.turns_partitions, **raw)
     out = {TOPIC_JOBS: jobs, TOPIC_DEAD_LETTERS: app.topic(TOPIC_DEAD_LETTERS, partitions=1, **raw)}
 
-    ctx = HandlerContext(SystemClock(), RetryPolicy(attempts=settings.worker_max_attempts), WriterThread())
+    ctx = HandlerContext(SystemClock(), RetryPolicy(attempts=settings.worker_max_attempts), WriterThread(),
+                         tracing=tracing)  # fmt: skip
+    to_record = raw_record if tracing is None else traced_record
     files = LocalFileStore(settings.data_dir, fsync=settings.fsync_files)
     scheduler = L1Scheduler(files)
     schedule_l1 = settings.l1_enabled and run_l1 is not None
@@ -112,7 +123,7 @@ def build_app(
     async def produce(outcome: Outcome) -> None:
         """Send what the outcome lists and wait until Kafka acknowledged each message: the batch's offsets are
         committed after this returns, so a parked record or a job must not live only in the producer's buffer."""
-        pending = [await out[m.topic].send(key=m.key, value=m.value) for m in outcome.messages()]
+        pending = [await out[m.topic].send(key=m.key, value=m.value, headers=m.headers) for m in outcome.messages()]
         await asyncio.gather(*pending)
         metrics.produced(outcome)
         for dead in outcome.parked:
@@ -129,7 +140,7 @@ def build_app(
     ) -> None:
         """Handle a batch, produce its outcome, and count both (the latency includes the produce's acks)."""
         started = time.perf_counter()
-        outcome = await handle([raw_record(r) for r in records])
+        outcome = await handle([to_record(r) for r in records])
         await produce(outcome)
         metrics.batch(topic, len(records), outcome, time.perf_counter() - started)
 

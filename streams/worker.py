@@ -12,6 +12,7 @@ import faust
 
 from mnemoflow.config import Settings
 from mnemoflow.errors import ConfigError
+from mnemoflow.tracing import setup_tracing
 from streams.app import build_app
 from streams.metrics import WorkerMetrics, serve_metrics
 
@@ -30,7 +31,8 @@ def main() -> None:
         run_l1, apply_operation = extractor.run, extractor.apply_operation
         l1_done = CuratorClient(settings.curator_shards, settings.ray_namespace).after_l1
     metrics = WorkerMetrics()
-    app = build_app(settings, settings.kafka_bootstrap, notify, run_l1, l1_done, apply_operation, metrics)
+    tracing = setup_tracing(settings, "worker")
+    app = build_app(settings, settings.kafka_bootstrap, notify, run_l1, l1_done, apply_operation, metrics, tracing)
     logging.getLogger("mnemoflow").setLevel(logging.INFO)
     serve_metrics(metrics, settings.worker_metrics_host, settings.worker_metrics_port)
     worker = faust.Worker(app, loglevel="WARNING", override_logging=True)

@@ -15,17 +15,17 @@ from mnemoflow.config import Settings
 from mnemoflow.embedding import HashingEmbedder
 from mnemoflow.errors import ServiceUnavailable
 from mnemoflow.events import TurnEvent
+from mnemoflow.index import InMemoryVectorStore
 from mnemoflow.memory.curation import Curator
 from mnemoflow.memory.l0 import L0Writer
-from mnemoflow.memory.l1_heuristic import HeuristicExtractor, HeuristicJudge
-from mnemoflow.memory.l1_pipeline import L1Pipeline
-from mnemoflow.memory.persona_heuristic import HeuristicPersonaEngine
-from mnemoflow.memory.recall import Recaller
-from mnemoflow.memory.scenes_heuristic import HeuristicSceneEngine
+from mnemoflow.memory.l1.heuristic import HeuristicExtractor, HeuristicJudge
+from mnemoflow.memory.l1.pipeline import L1Pipeline
+from mnemoflow.memory.persona.heuristic import HeuristicPersonaEngine
+from mnemoflow.memory.recall.recaller import Recaller
+from mnemoflow.memory.scenes.heuristic import HeuristicSceneEngine
 from mnemoflow.offload.entries import OffloadWriter
 from mnemoflow.offload.session import compact_session
 from mnemoflow.storage import LocalFileStore
-from mnemoflow.stores import InMemoryVectorStore
 from mnemoflow.testing import ListBus, ManualClock
 from serving.api import create_api
 

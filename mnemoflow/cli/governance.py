@@ -62,9 +62,9 @@ def import_(
 ) -> None:
     """Load a bundle as (tenant, user) and index its atoms with this stack's embedder. Stack stopped."""
     from mnemoflow.governance.bundle import BundleImporter
+    from mnemoflow.index.factory import open_index
     from mnemoflow.ports import SystemClock
     from mnemoflow.storage import LocalFileStore
-    from mnemoflow.stores.factory import open_index
 
     settings = _settings(data_dir)
     embedder, store = open_index(settings)
@@ -82,9 +82,9 @@ def reindex(tenant: Annotated[str | None, typer.Option(help="Only this tenant (d
     """Rebuild the atom index from records/ alone (built beside the old file, then swapped in). Stack stopped."""
     from mnemoflow.embedding.factory import build_embedder
     from mnemoflow.governance.reindex import count_live, reindex_user, users
+    from mnemoflow.index.factory import index_path, open_store
     from mnemoflow.ports import SystemClock
     from mnemoflow.storage import LocalFileStore
-    from mnemoflow.stores.factory import index_path, open_store
 
     settings = _settings(data_dir)
     files, embedder = LocalFileStore(settings.data_dir), build_embedder(settings)
@@ -92,7 +92,7 @@ def reindex(tenant: Annotated[str | None, typer.Option(help="Only this tenant (d
     if settings.milvus_uri:
         store = open_store(settings, dim=embedder.dim, embedding_model=embedder.model_id)
     else:
-        from mnemoflow.stores.sqlite import SqliteVectorStore
+        from mnemoflow.index.sqlite import SqliteVectorStore
 
         Path(final).parent.mkdir(parents=True, exist_ok=True)
         building = final + ".rebuild"

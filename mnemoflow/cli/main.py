@@ -148,7 +148,7 @@ def reembed(data_dir: Annotated[Path | None, typer.Option(help="Where the layers
     from rich.progress import Progress
 
     from mnemoflow.embedding.factory import build_embedder
-    from mnemoflow.stores.factory import open_store
+    from mnemoflow.index.factory import open_store
 
     settings = _settings(data_dir)
     embedder = build_embedder(settings)

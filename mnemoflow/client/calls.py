@@ -23,8 +23,8 @@ from mnemoflow.governance.listing import AtomFilter, AtomPage, AtomVersion
 from mnemoflow.governance.operations import OperationStatus
 from mnemoflow.ids import check_id
 from mnemoflow.memory.l0 import L0Message
-from mnemoflow.memory.l1_models import L1Record
-from mnemoflow.memory.recall import RecallHit, RecallResult
+from mnemoflow.memory.l1.models import L1Record
+from mnemoflow.memory.recall.recaller import RecallHit, RecallResult
 from mnemoflow.offload.entries import OffloadEntry
 from mnemoflow.offload.replies import CompactReply
 from mnemoflow.offload.session_state import SessionState

@@ -25,8 +25,8 @@ from mnemoflow.events import ToolResultIn, TurnIn
 from mnemoflow.governance.listing import AtomFilter, AtomVersion
 from mnemoflow.governance.operations import OperationStatus
 from mnemoflow.memory.l0 import L0Message
-from mnemoflow.memory.l1_models import L1Record
-from mnemoflow.memory.recall import RecallHit, RecallResult
+from mnemoflow.memory.l1.models import L1Record
+from mnemoflow.memory.recall.recaller import RecallHit, RecallResult
 from mnemoflow.offload.entries import OffloadEntry
 from mnemoflow.offload.replies import CompactReply
 from mnemoflow.offload.session_state import SessionState

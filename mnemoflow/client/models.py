@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from mnemoflow.memory.l0 import L0Message
-from mnemoflow.memory.l1_models import L1Record
+from mnemoflow.memory.l1.models import L1Record
 from mnemoflow.offload.entries import OffloadEntry
 
 

@@ -29,7 +29,7 @@ from mnemoflow.governance.operations import (
     PatchAtom,
     Remember,
 )
-from mnemoflow.memory.l1_pipeline import L1Pipeline
+from mnemoflow.memory.l1.pipeline import L1Pipeline
 from mnemoflow.ports import Clock, Embedder, FileStore
 from mnemoflow.ports.vectors import VectorStore
 

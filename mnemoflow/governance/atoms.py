@@ -11,10 +11,10 @@ import hashlib
 
 from mnemoflow.errors import Conflict, NotFound
 from mnemoflow.governance.operations import DeleteAtom, PatchAtom, Remember
-from mnemoflow.memory.dedup import NewAtom
-from mnemoflow.memory.l1_models import AtomDraft, L1Record
-from mnemoflow.memory.l1_pipeline import L1Pipeline, L1RunResult
-from mnemoflow.memory.records import RecordLog
+from mnemoflow.memory.l1.dedup import NewAtom
+from mnemoflow.memory.l1.models import AtomDraft, L1Record
+from mnemoflow.memory.l1.pipeline import L1Pipeline, L1RunResult
+from mnemoflow.memory.l1.records import RecordLog
 from mnemoflow.ports import Clock, Embedder, FileStore
 from mnemoflow.ports.vectors import VectorStore
 

@@ -16,7 +16,7 @@ from datetime import datetime
 
 from mnemoflow.governance.tombstones import Tombstone, Tombstones
 from mnemoflow.memory.l0 import read_l0
-from mnemoflow.memory.records import RecordLog
+from mnemoflow.memory.l1.records import RecordLog
 from mnemoflow.ports import FileStore
 from mnemoflow.ports.vectors import VectorStore
 from mnemoflow.storage import Layout

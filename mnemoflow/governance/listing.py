@@ -12,7 +12,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from mnemoflow.errors import InvalidInput
-from mnemoflow.memory.l1_models import L1Record
+from mnemoflow.memory.l1.models import L1Record
 from mnemoflow.ports.vectors import AtomType
 
 

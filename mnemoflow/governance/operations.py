@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from mnemoflow.ids import SafeId
-from mnemoflow.memory.l1_models import MAX_CONTENT
+from mnemoflow.memory.l1.models import MAX_CONTENT
 from mnemoflow.ports.vectors import AtomType
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from mnemoflow.config import SERVICE_DIRS
-from mnemoflow.memory.l1_pipeline import L1Pipeline
-from mnemoflow.memory.records import RecordLog
+from mnemoflow.memory.l1.pipeline import L1Pipeline
+from mnemoflow.memory.l1.records import RecordLog
 from mnemoflow.ports import Clock, Embedder, FileStore
 from mnemoflow.ports.vectors import VectorStore
 

@@ -11,13 +11,16 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
 from mnemoflow.handlers.records import DeadLetter, RawRecord, parse_records
 from mnemoflow.ports import Clock
 from mnemoflow.retry import RetriesExhausted, RetryPolicy, Sleep
+
+if TYPE_CHECKING:
+    from mnemoflow.tracing import Tracing
 
 T = TypeVar("T")
 E = TypeVar("E", bound=BaseModel)
@@ -56,6 +59,8 @@ class HandlerContext:
     retry: RetryPolicy
     blocking: Blocking
     sleep: Sleep = asyncio.sleep
+    tracing: Tracing | None = None
+    """None: tracing is off, and the handlers make no span and read no header."""
 
     async def apply(
         self, records: Sequence[RawRecord], model: type[E], what: str, write: Callable[[list[E]], R]

@@ -11,20 +11,29 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from mnemoflow.handlers.context import HandlerContext
 from mnemoflow.handlers.outcome import JobsOutcome, Outcome
 from mnemoflow.handlers.records import DeadLetter, RawRecord, parse_records
-from mnemoflow.memory.l1_pipeline import L1RunReply
-from mnemoflow.memory.l1_schedule import L1Job, L1Scheduler, UserKey
+from mnemoflow.memory.l1.pipeline import L1RunReply
+from mnemoflow.memory.l1.schedule import L1Job, L1Scheduler, UserKey
 from mnemoflow.retry import RetriesExhausted
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-L1Runner = Callable[[str, str], Awaitable[L1RunReply]]
-"""Runs one user's L1 pass (the extractor deployment)."""
+
+class L1Runner(Protocol):
+    """Runs one user's L1 pass (the extractor deployment). ``traceparent`` is passed only when tracing is on:
+    the span the pass continues."""
+
+    def __call__(self, tenant: str, user: str, /, *, traceparent: str | None = None) -> Awaitable[L1RunReply]: ...
+
+
 L1Done = Callable[[str, str], Awaitable[None]]
 """Told after a successful pass (the user's curator schedules L2/L3)."""
 
@@ -43,13 +52,14 @@ class L1JobsHandler:
             return JobsOutcome(parked=[DeadLetter.of(r, "no extractor is wired to this worker", now) for r in records])
         parsed = parse_records(L1Job, records, "job", now)
         outcome = JobsOutcome(parked=parsed.parked)
+        parents = None if self._ctx.tracing is None else _parents(parsed.records)
         try:
             due = await self._scheduled(lambda: self._scheduler.runs_for(parsed.events, now), "plan L1 runs")
         except RetriesExhausted as exc:
             outcome.parked += [DeadLetter.of(r, str(exc), self._ctx.clock.now()) for r in parsed.records]
             return outcome
         while due:  # catch-up runs (turns that arrived during a run) follow at once
-            due = await self._run_all(due, outcome)
+            due = await self._run_all(due, outcome, parents)
         return outcome
 
     async def tick(self) -> Outcome:
@@ -69,15 +79,31 @@ class L1JobsHandler:
         """Scheduler work (trigger state in files) on the writer thread, with the retry policy."""
         return await self._ctx.retry.call(lambda: self._ctx.blocking(fn), what, self._ctx.sleep)
 
-    async def _run(self, tenant: str, user: str) -> L1RunReply:
-        assert self._run_l1 is not None
+    async def _run(self, tenant: str, user: str, parents: dict[str, Context] | None) -> L1RunReply:
+        run_l1, tracing = self._run_l1, self._ctx.tracing
+        assert run_l1 is not None
         try:
-            return await self._run_l1(tenant, user)
+            if tracing is None or parents is None:
+                return await run_l1(tenant, user)
+            from opentelemetry.trace import SpanKind
+
+            from mnemoflow.tracing import traceparent
+
+            # the job's trace (a job fired by a wake-up timer has none: its span starts a trace)
+            with tracing.span("mnemoflow.worker.l1_run", parents.get(f"{tenant}/{user}"),
+                              {"mnemoflow.tenant": tenant}, SpanKind.CONSUMER) as span:  # fmt: skip
+                reply = await run_l1(tenant, user, traceparent=traceparent())
+                span.set_attribute("mnemoflow.l1.ok", reply.ok)
+                if reply.result is not None:
+                    span.set_attribute("mnemoflow.l1.stored", reply.result.stored)
+                return reply
         except Exception as exc:  # the extractor was unreachable: a failed pass like any other
             return L1RunReply.failed(exc)
 
-    async def _run_all(self, due: dict[UserKey, L1Job], outcome: JobsOutcome) -> dict[UserKey, L1Job]:
-        replies = await asyncio.gather(*(self._run(tenant, user) for tenant, user in due))
+    async def _run_all(
+        self, due: dict[UserKey, L1Job], outcome: JobsOutcome, parents: dict[str, Context] | None = None
+    ) -> dict[UserKey, L1Job]:
+        replies = await asyncio.gather(*(self._run(tenant, user, parents) for tenant, user in due))
         follow: dict[UserKey, L1Job] = {}
         for (key, job), reply in zip(due.items(), replies, strict=True):
             outcome.runs.setdefault(key, []).append(reply)
@@ -107,3 +133,15 @@ class L1JobsHandler:
     def _dead(self, job: L1Job, reason: str) -> DeadLetter:
         record = RawRecord(value=job.model_dump_json().encode(), key=job.key.encode())
         return DeadLetter.of(record, reason, self._ctx.clock.now())
+
+
+def _parents(records: Sequence[RawRecord]) -> dict[str, Context]:
+    """By job key, the trace context of the last job record that carried one (tracing on only)."""
+    from mnemoflow.tracing import extract_headers
+
+    parents = {}
+    for record in records:
+        context = extract_headers(record.headers)
+        if context is not None and record.key is not None:
+            parents[record.key.decode(errors="replace")] = context
+    return parents

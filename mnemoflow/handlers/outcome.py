@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 from mnemoflow.config import TOPIC_DEAD_LETTERS, TOPIC_JOBS
 from mnemoflow.handlers.records import DeadLetter
-from mnemoflow.memory.l1_pipeline import L1RunReply
-from mnemoflow.memory.l1_schedule import L1Job, UserKey
+from mnemoflow.memory.l1.pipeline import L1RunReply
+from mnemoflow.memory.l1.schedule import L1Job, UserKey
 from mnemoflow.offload.entries import SessionAppend
 
 
@@ -18,18 +18,23 @@ class Message:
     topic: str
     key: bytes | None
     value: bytes
+    headers: list[tuple[str, bytes]] | None = None
 
 
 @dataclass
 class Outcome:
-    """``jobs`` to publish on ``mnemoflow.jobs`` and records ``parked`` with their reasons."""
+    """``jobs`` to publish on ``mnemoflow.jobs`` and records ``parked`` with their reasons. ``job_headers``: by
+    job key, the trace context a job continues (only when tracing is on)."""
 
     jobs: list[L1Job] = field(default_factory=list)
     parked: list[DeadLetter] = field(default_factory=list)
+    job_headers: dict[str, list[tuple[str, bytes]]] = field(default_factory=dict)
 
     def messages(self) -> list[Message]:
         """Everything to produce: the jobs, then the dead letters."""
-        jobs = [Message(TOPIC_JOBS, job.key.encode(), job.model_dump_json().encode()) for job in self.jobs]
+        traced = self.job_headers
+        jobs = [Message(TOPIC_JOBS, job.key.encode(), job.model_dump_json().encode(),
+                        traced.get(job.key) if traced else None) for job in self.jobs]  # fmt: skip
         dead = [Message(TOPIC_DEAD_LETTERS, d.key.encode() or None, d.model_dump_json().encode()) for d in self.parked]
         return jobs + dead
 

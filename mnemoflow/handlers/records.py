@@ -7,7 +7,7 @@ A record that does not parse is parked at once with the reason (it never will pa
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
@@ -21,13 +21,15 @@ E = TypeVar("E", bound=BaseModel)
 
 @dataclass(frozen=True, slots=True)
 class RawRecord:
-    """One record as the consumer received it (``topic`` None: made by a handler, not read from a topic)."""
+    """One record as the consumer received it (``topic`` None: made by a handler, not read from a topic).
+    ``headers`` are read only when tracing is on (they carry the trace context): None otherwise."""
 
     value: bytes
     key: bytes | None = None
     topic: str | None = None
     partition: int | None = None
     offset: int | None = None
+    headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None = None
 
 
 class DeadLetter(BaseModel):

@@ -8,8 +8,10 @@ is read, so a failed notification is logged, not retried.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
+from mnemoflow.config import TOPIC_TOOL_RESULTS
 from mnemoflow.events import ToolResultEvent
 from mnemoflow.governance.tombstones import Tombstones
 from mnemoflow.handlers.context import HandlerContext
@@ -18,10 +20,17 @@ from mnemoflow.handlers.records import RawRecord
 from mnemoflow.offload.entries import OffloadWriter, SessionAppend
 from mnemoflow.ports import FileStore
 
+if TYPE_CHECKING:
+    from mnemoflow.tracing import BatchTrace
+
 log = logging.getLogger(__name__)
 
-ShardNotifier = Callable[[list[SessionAppend]], Awaitable[None]]
-"""Sends each session shard the new entries of its sessions (the Ray actors)."""
+
+class ShardNotifier(Protocol):
+    """Sends each session shard the new entries of its sessions (the Ray actors). ``traceparents`` is passed
+    only when tracing is on: the traces the shards' work continues (the first) and links (the others)."""
+
+    def __call__(self, appended: list[SessionAppend], /, *, traceparents: Sequence[str] = ()) -> Awaitable[None]: ...
 
 
 class ToolResultsHandler:
@@ -31,11 +40,26 @@ class ToolResultsHandler:
         self._tombstones = Tombstones(files)
 
     async def handle(self, records: Sequence[RawRecord]) -> ToolResultsOutcome:
+        tracing = self._ctx.tracing
+        if tracing is None:
+            return await self._handle(records)
+        with tracing.batch("mnemoflow.worker.offload_write", records, {"messaging.destination.name":
+                           TOPIC_TOOL_RESULTS, "messaging.batch.message_count": len(records)}) as spans:  # fmt: skip
+            return await self._handle(records, spans)
+
+    async def _handle(self, records: Sequence[RawRecord], spans: BatchTrace | None = None) -> ToolResultsOutcome:
         applied = await self._ctx.apply(records, ToolResultEvent, "tool-result", self._write)
         outcome = ToolResultsOutcome(parked=applied.parked, appended=applied.result or [])
+        if spans is not None:
+            spans.set_attributes({"mnemoflow.offload.entries": sum(len(a.new_entries) for a in outcome.appended),
+                                  "mnemoflow.offload.sessions": len(outcome.appended),
+                                  "mnemoflow.parked": len(outcome.parked)})  # fmt: skip
         if outcome.appended and self._notify is not None:
             try:
-                await self._notify(outcome.appended)
+                if spans is None:
+                    await self._notify(outcome.appended)
+                else:  # the shards' span continues the batch's first trace and links the others
+                    await self._notify(outcome.appended, traceparents=spans.traceparents())
             except Exception as exc:
                 log.warning("session shards not notified (%d sessions): %s", len(outcome.appended), exc)
         return outcome

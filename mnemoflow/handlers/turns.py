@@ -10,13 +10,14 @@ import logging
 from collections.abc import Sequence
 from datetime import datetime
 
+from mnemoflow.config import TOPIC_TURNS
 from mnemoflow.events import TurnEvent
 from mnemoflow.governance.tombstones import Tombstones
 from mnemoflow.handlers.context import HandlerContext
 from mnemoflow.handlers.outcome import TurnsOutcome
 from mnemoflow.handlers.records import RawRecord
 from mnemoflow.memory.l0 import L0Writer
-from mnemoflow.memory.l1_schedule import L1Job, L1Scheduler
+from mnemoflow.memory.l1.schedule import L1Job, L1Scheduler
 from mnemoflow.ports import FileStore
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,21 @@ class TurnsHandler:
         self._tombstones = Tombstones(files)
 
     async def handle(self, records: Sequence[RawRecord]) -> TurnsOutcome:
+        tracing = self._ctx.tracing
+        if tracing is None:
+            return await self._handle(records)
+        with tracing.batch("mnemoflow.worker.l0_write", records, {"messaging.destination.name": TOPIC_TURNS,
+                           "messaging.batch.message_count": len(records)}) as spans:  # fmt: skip
+            outcome = await self._handle(records)
+            spans.set_attributes({"mnemoflow.l0.written": outcome.written, "mnemoflow.l0.skipped": outcome.skipped,
+                                  "mnemoflow.parked": len(outcome.parked)})  # fmt: skip
+            for job in outcome.jobs:  # a job continues the trace of the user's last turn in the batch
+                headers = spans.headers_for(job.key)
+                if headers:
+                    outcome.job_headers[job.key] = headers
+        return outcome
+
+    async def _handle(self, records: Sequence[RawRecord]) -> TurnsOutcome:
         now = self._ctx.clock.now()
         applied = await self._ctx.apply(records, TurnEvent, "turn", lambda events: self._write(events, now))
         outcome = TurnsOutcome(parked=applied.parked)

@@ -19,7 +19,7 @@ from mnemoflow.client.models import AtomDrillDown, ConversationHitOut, DrilledEn
 from mnemoflow.errors import ConfigError
 from mnemoflow.governance.operations import OperationStatus
 from mnemoflow.lru import LRU
-from mnemoflow.memory.recall import RecallHit
+from mnemoflow.memory.recall.recaller import RecallHit
 
 try:
     from mcp.server import MCPServer

@@ -28,18 +28,18 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
 from mnemoflow.errors import MnemoflowError, StorageError
 from mnemoflow.governance.fence import ErasureFence, UserErased
 from mnemoflow.lru import LRU
-from mnemoflow.memory import l2_schedule as sched
-from mnemoflow.memory.l1_models import L1Record
-from mnemoflow.memory.l2_schedule import L2Timer, L2Timing
-from mnemoflow.memory.persona import PersonaEngine, PersonaStore, generate_persona
-from mnemoflow.memory.persona_trigger import EVERY_N, PersonaState, after_scene_pass
-from mnemoflow.memory.records import RecordLog
-from mnemoflow.memory.scenes_forget import forget_in_scenes
-from mnemoflow.memory.scenes_model import SceneInput
-from mnemoflow.memory.scenes_pass import DEFAULT_POLICY, SceneEngine, ScenePassReport, run_scene_passes
-from mnemoflow.memory.scenes_paths import ScenePaths
-from mnemoflow.memory.scenes_plan import ScenePolicy
-from mnemoflow.memory.scenes_store import SceneStore
+from mnemoflow.memory.l1.models import L1Record
+from mnemoflow.memory.l1.records import RecordLog
+from mnemoflow.memory.persona.generate import PersonaEngine, PersonaStore, generate_persona
+from mnemoflow.memory.persona.trigger import EVERY_N, PersonaState, after_scene_pass
+from mnemoflow.memory.scenes import schedule as sched
+from mnemoflow.memory.scenes.forget import forget_in_scenes
+from mnemoflow.memory.scenes.model import SceneInput
+from mnemoflow.memory.scenes.passes import DEFAULT_POLICY, SceneEngine, ScenePassReport, run_scene_passes
+from mnemoflow.memory.scenes.paths import ScenePaths
+from mnemoflow.memory.scenes.plan import ScenePolicy
+from mnemoflow.memory.scenes.schedule import L2Timer, L2Timing
+from mnemoflow.memory.scenes.store import SceneStore
 from mnemoflow.ports import Clock, FileStore
 
 log = logging.getLogger(__name__)

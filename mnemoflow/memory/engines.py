@@ -3,9 +3,9 @@ deterministic heuristic of that stage. One place, so every process picks the sam
 
 from __future__ import annotations
 
-from mnemoflow.memory.dedup import DedupJudge, LLMDedupJudge
-from mnemoflow.memory.l1_extract import Extractor, LLMExtractor
-from mnemoflow.memory.l1_heuristic import HeuristicExtractor, HeuristicJudge
+from mnemoflow.memory.l1.dedup import DedupJudge, LLMDedupJudge
+from mnemoflow.memory.l1.extract import Extractor, LLMExtractor
+from mnemoflow.memory.l1.heuristic import HeuristicExtractor, HeuristicJudge
 from mnemoflow.ports.llm import LLM
 
 

@@ -6,31 +6,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mnemoflow.memory.l1.models import DedupDecision
 from mnemoflow.ports.llm import ChatMessage
 
 VERSION = "l1-dedup/1"
-Action = Literal["store", "update", "merge", "skip"]
-
-
-class DecisionOut(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    record_id: str
-    action: Action
-    target_ids: list[str] = Field(max_length=5)
-    merged_content: str | None = Field(None, max_length=2000)
-    merged_type: Literal["persona", "episodic", "instruction"] | None = None
-    merged_priority: int | None = Field(None, ge=-1, le=100)
 
 
 class DedupOut(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    decisions: list[DecisionOut] = Field(max_length=20)
+    decisions: list[DedupDecision] = Field(max_length=20)
 
 
 @dataclass(frozen=True, slots=True)

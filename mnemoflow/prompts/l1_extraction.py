@@ -18,8 +18,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mnemoflow.memory.l1.models import Action
 from mnemoflow.ports.llm import ChatMessage
-from mnemoflow.prompts.l1_dedup import Action
 
 VERSION = "l1-extraction/2"
 MAX_MEMORIES = 20

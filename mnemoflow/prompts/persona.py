@@ -1,6 +1,6 @@
 """L3 persona prompt (docs/tdam-spec.md §3.6): four-layer scan over the changed scenes, body only, ≤ 2,000 characters.
 
-Pure: :func:`build_persona_messages` turns a :class:`~mnemoflow.memory.persona.PersonaContext` into chat
+Pure: :func:`build_persona_messages` turns a :class:`~mnemoflow.memory.persona.generate.PersonaContext` into chat
 messages; the reply model is :class:`PersonaReply`. The engine, not the model, appends the scene navigation.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mnemoflow.memory.persona import MAX_PERSONA_CHARS, PersonaContext
-from mnemoflow.memory.scenes_model import format_ts, render_scene
+from mnemoflow.memory.persona.generate import MAX_PERSONA_CHARS, PersonaContext
+from mnemoflow.memory.scenes.model import format_ts, render_scene
 from mnemoflow.ports.llm import ChatMessage
 
 VERSION = "persona-v1"

@@ -13,8 +13,8 @@ from datetime import datetime
 
 from pydantic import Field
 
-from mnemoflow.memory.scenes_model import MAX_SCENE_CHARS, SceneBlock, SceneInput, format_ts, render_scene
-from mnemoflow.memory.scenes_plan import SceneEdit, ScenePlan
+from mnemoflow.memory.scenes.model import MAX_SCENE_CHARS, SceneBlock, SceneInput, format_ts, render_scene
+from mnemoflow.memory.scenes.plan import SceneEdit, ScenePlan
 from mnemoflow.ports.llm import ChatMessage
 
 VERSION = "scenes-v1"

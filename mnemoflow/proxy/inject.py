@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mnemoflow.memory.recall import RecallResult
+from mnemoflow.memory.recall.recaller import RecallResult
 from mnemoflow.offload.messages import last_user
 from mnemoflow.tokens import count_tokens
 

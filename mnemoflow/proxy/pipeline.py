@@ -36,7 +36,7 @@ from mnemoflow.errors import InvalidInput, ServiceUnavailable
 from mnemoflow.events import ToolResultIn, TurnIn
 from mnemoflow.ids import check_id
 from mnemoflow.lru import LRU
-from mnemoflow.memory.recall import RecallResult
+from mnemoflow.memory.recall.recaller import RecallResult
 from mnemoflow.offload.messages import fingerprint, last_user
 from mnemoflow.offload.replies import CompactReply
 from mnemoflow.proxy.capture import Capture, CaptureLog, answer_turn, plan_capture, text_of

@@ -15,10 +15,10 @@ from pydantic import ValidationError
 from mnemoflow.errors import MnemoflowError
 from mnemoflow.governance.listing import AtomFilter, history, page
 from mnemoflow.health import Check, run_checks
-from mnemoflow.memory.persona import PersonaStore
-from mnemoflow.memory.records import RecordLog
-from mnemoflow.memory.scenes_drilldown import drill_down as scene_refs
-from mnemoflow.memory.scenes_paths import ScenePaths
+from mnemoflow.memory.l1.records import RecordLog
+from mnemoflow.memory.persona.generate import PersonaStore
+from mnemoflow.memory.scenes.drilldown import drill_down as scene_refs
+from mnemoflow.memory.scenes.paths import ScenePaths
 from mnemoflow.offload.annotations import annotated_entries, drill_down
 from mnemoflow.offload.canvas import from_mermaid
 from mnemoflow.offload.canvas_update import canvas_names, canvas_path

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from mnemoflow.memory.curation import CurationState
-from mnemoflow.memory.l1_models import L1Record
-from mnemoflow.memory.l2_schedule import L2Timing
-from mnemoflow.memory.persona import MAX_PERSONA_CHARS, PersonaStore
-from mnemoflow.memory.records import RecordLog
-from mnemoflow.memory.scenes_paths import ScenePaths
-from mnemoflow.memory.scenes_store import SceneStore
+from mnemoflow.memory.l1.models import L1Record
+from mnemoflow.memory.l1.records import RecordLog
+from mnemoflow.memory.persona.generate import MAX_PERSONA_CHARS, PersonaStore
+from mnemoflow.memory.scenes.paths import ScenePaths
+from mnemoflow.memory.scenes.schedule import L2Timing
+from mnemoflow.memory.scenes.store import SceneStore
 from mnemoflow.storage import LocalFileStore
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,7 @@ import pytest
 from mnemoflow.cli.stack import Stack
 from mnemoflow.config import Settings
 from mnemoflow.memory.l0 import read_l0
-from mnemoflow.memory.l1_state import load_triggers
+from mnemoflow.memory.l1.state import load_triggers
 from mnemoflow.replay import from_locomo
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.testing import files_holding

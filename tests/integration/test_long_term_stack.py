@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from mnemoflow.cli.stack import Stack
 from mnemoflow.config import Settings
 from mnemoflow.memory.l0 import read_l0
-from mnemoflow.memory.l1_state import load_triggers
-from mnemoflow.memory.persona import PersonaStore
-from mnemoflow.memory.records import RecordLog
-from mnemoflow.memory.scenes_store import SceneStore
+from mnemoflow.memory.l1.records import RecordLog
+from mnemoflow.memory.l1.state import load_triggers
+from mnemoflow.memory.persona.generate import PersonaStore
+from mnemoflow.memory.scenes.store import SceneStore
 from mnemoflow.replay import from_locomo
 from mnemoflow.storage import LocalFileStore
 

@@ -114,8 +114,8 @@ def test_extractor_batches_concurrent_users_and_stores_their_atoms(serve_instanc
 
     from mnemoflow.events import TurnEvent
     from mnemoflow.memory.l0 import L0Writer
-    from mnemoflow.memory.l1_pipeline import L1RunReply
-    from mnemoflow.memory.records import RecordLog
+    from mnemoflow.memory.l1.pipeline import L1RunReply
+    from mnemoflow.memory.l1.records import RecordLog
     from mnemoflow.storage import LocalFileStore
     from serving.extractor import build_extractor_app
 

@@ -319,7 +319,7 @@ def ray_at_rest(url: str, timeout: float = 90) -> Samples:
 def l1_settled(files: LocalFileStore, users: list[str], pending_too: bool, timeout: float = 180) -> None:
     """No L1 pass running for these users; with ``pending_too``, no turn left to extract either (a session end
     extracts them all; otherwise turns short of the next trigger wait for the idle timeout)."""
-    from mnemoflow.memory.l1_state import load_triggers
+    from mnemoflow.memory.l1.state import load_triggers
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -338,7 +338,7 @@ def test_each_plane_counts_what_a_replay_did(stack: Stack, api: httpx.Client) ->
     """Scrape the worker, the API and Ray's metrics agent around a small known replay: the counters move by what it
     did (N turns applied, then N skipped when replayed; M tool results; one compaction; the L1 passes and atoms)."""
     from actors import ShardClient
-    from mnemoflow.memory.records import RecordLog
+    from mnemoflow.memory.l1.records import RecordLog
 
     files = LocalFileStore(stack.settings.data_dir)
     urls = dict(stack.metrics_urls())

@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("pymilvus")
 pytest.importorskip("milvus_lite")
 
+from mnemoflow.index.milvus import MilvusVectorStore  # noqa: E402
 from mnemoflow.ports.vectors import ATOM_TYPES, AtomRow  # noqa: E402
-from mnemoflow.stores.milvus import MilvusVectorStore  # noqa: E402
 
 pytestmark = pytest.mark.integration
 WORDS = [f"w{i}" for i in range(40)]

@@ -23,13 +23,13 @@ from mnemoflow.embedding import HashingEmbedder
 from mnemoflow.events import TurnEvent
 from mnemoflow.governance.applier import OperationApplier
 from mnemoflow.handlers import CommandsHandler, HandlerContext, RawRecord, WriterThread
+from mnemoflow.index import InMemoryVectorStore
 from mnemoflow.memory.l0 import L0Writer
-from mnemoflow.memory.l1_heuristic import HeuristicExtractor, HeuristicJudge
-from mnemoflow.memory.l1_pipeline import L1Pipeline
-from mnemoflow.memory.recall import Recaller
+from mnemoflow.memory.l1.heuristic import HeuristicExtractor, HeuristicJudge
+from mnemoflow.memory.l1.pipeline import L1Pipeline
+from mnemoflow.memory.recall.recaller import Recaller
 from mnemoflow.retry import RetryPolicy
 from mnemoflow.storage import LocalFileStore
-from mnemoflow.stores import InMemoryVectorStore
 from mnemoflow.testing import ListBus, ManualClock
 from serving.api import create_api
 

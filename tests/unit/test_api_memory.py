@@ -11,15 +11,15 @@ from fastapi.testclient import TestClient
 from mnemoflow.config import TOPIC_JOBS, Settings
 from mnemoflow.embedding import HashingEmbedder
 from mnemoflow.events import TurnEvent
+from mnemoflow.index import InMemoryVectorStore
 from mnemoflow.memory.l0 import L0Writer
-from mnemoflow.memory.l1_heuristic import HeuristicExtractor, HeuristicJudge
-from mnemoflow.memory.l1_pipeline import L1Pipeline
-from mnemoflow.memory.recall import Recaller
+from mnemoflow.memory.l1.heuristic import HeuristicExtractor, HeuristicJudge
+from mnemoflow.memory.l1.pipeline import L1Pipeline
+from mnemoflow.memory.recall.recaller import Recaller
 from mnemoflow.offload.compact import Removed
 from mnemoflow.offload.replies import CompactReply
 from mnemoflow.offload.session_state import SessionState
 from mnemoflow.storage import LocalFileStore
-from mnemoflow.stores import InMemoryVectorStore
 from mnemoflow.testing import ListBus, ManualClock
 from serving.api import create_api
 

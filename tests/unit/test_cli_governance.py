@@ -11,11 +11,11 @@ from mnemoflow.cli import app
 from mnemoflow.config import Settings
 from mnemoflow.embedding import HashingEmbedder
 from mnemoflow.events import TurnEvent
+from mnemoflow.index.factory import index_path, open_store
 from mnemoflow.memory.l0 import L0Writer
-from mnemoflow.memory.l1_heuristic import HeuristicExtractor, HeuristicJudge
-from mnemoflow.memory.l1_pipeline import L1Pipeline
+from mnemoflow.memory.l1.heuristic import HeuristicExtractor, HeuristicJudge
+from mnemoflow.memory.l1.pipeline import L1Pipeline
 from mnemoflow.storage import LocalFileStore
-from mnemoflow.stores.factory import index_path, open_store
 from mnemoflow.testing import ManualClock
 
 T0 = datetime(2026, 2, 3, 10, 0, tzinfo=UTC)

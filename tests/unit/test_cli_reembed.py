@@ -7,8 +7,8 @@ from typer.testing import CliRunner
 from mnemoflow.cli import app
 from mnemoflow.config import Settings
 from mnemoflow.embedding import HashingEmbedder
+from mnemoflow.index.factory import open_store
 from mnemoflow.ports.vectors import AtomRow, EmbeddingModelMismatch
-from mnemoflow.stores.factory import open_store
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -12,16 +12,16 @@ from actors.curator import UserCurator
 from mnemoflow.embedding import HashingEmbedder
 from mnemoflow.errors import ServiceUnavailable, StorageError
 from mnemoflow.memory.curation import CurationState, Curator
-from mnemoflow.memory.l1_models import L1Record
-from mnemoflow.memory.l2_schedule import L2Timing
-from mnemoflow.memory.persona import MAX_PERSONA_CHARS, PersonaStore
-from mnemoflow.memory.persona_heuristic import HeuristicPersonaEngine
-from mnemoflow.memory.persona_llm import LLMPersonaEngine
-from mnemoflow.memory.records import RecordLog
-from mnemoflow.memory.scenes_heuristic import HeuristicSceneEngine
-from mnemoflow.memory.scenes_llm import LLMSceneEngine
-from mnemoflow.memory.scenes_paths import ScenePaths
-from mnemoflow.memory.scenes_store import SceneStore
+from mnemoflow.memory.l1.models import L1Record
+from mnemoflow.memory.l1.records import RecordLog
+from mnemoflow.memory.persona.generate import MAX_PERSONA_CHARS, PersonaStore
+from mnemoflow.memory.persona.heuristic import HeuristicPersonaEngine
+from mnemoflow.memory.persona.llm import LLMPersonaEngine
+from mnemoflow.memory.scenes.heuristic import HeuristicSceneEngine
+from mnemoflow.memory.scenes.llm import LLMSceneEngine
+from mnemoflow.memory.scenes.paths import ScenePaths
+from mnemoflow.memory.scenes.schedule import L2Timing
+from mnemoflow.memory.scenes.store import SceneStore
 from mnemoflow.prompts.persona import PersonaReply
 from mnemoflow.prompts.scenes import SceneReply
 from mnemoflow.storage import LocalFileStore

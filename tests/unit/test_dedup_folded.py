@@ -12,18 +12,18 @@ import pytest
 
 from mnemoflow.embedding import HashingEmbedder
 from mnemoflow.events import TurnEvent
-from mnemoflow.memory.dedup import DedupConfig, Deduper, LLMDedupJudge, NewAtom
+from mnemoflow.index import InMemoryVectorStore
 from mnemoflow.memory.l0 import L0Writer
-from mnemoflow.memory.l1_extract import DecidingExtractor, LLMExtractor
-from mnemoflow.memory.l1_heuristic import HeuristicExtractor, HeuristicJudge
-from mnemoflow.memory.l1_models import AtomDraft
-from mnemoflow.memory.l1_pipeline import L1Pipeline, L1RunResult, L1Settings
-from mnemoflow.memory.records import RecordLog
+from mnemoflow.memory.l1.dedup import DedupConfig, Deduper, LLMDedupJudge, NewAtom
+from mnemoflow.memory.l1.extract import DecidingExtractor, LLMExtractor
+from mnemoflow.memory.l1.heuristic import HeuristicExtractor, HeuristicJudge
+from mnemoflow.memory.l1.models import AtomDraft, DedupDecision
+from mnemoflow.memory.l1.pipeline import L1Pipeline, L1RunResult, L1Settings
+from mnemoflow.memory.l1.records import RecordLog
 from mnemoflow.prompts import l1_extraction
-from mnemoflow.prompts.l1_dedup import DecisionOut, DedupOut
+from mnemoflow.prompts.l1_dedup import DedupOut
 from mnemoflow.prompts.l1_extraction import ExtractionOut, MemoryOut, SceneOut
 from mnemoflow.storage import LocalFileStore
-from mnemoflow.stores import InMemoryVectorStore
 from mnemoflow.testing import ManualClock, ScriptedCall, ScriptedLLM
 
 T0 = datetime(2026, 3, 1, 9, tzinfo=UTC)
@@ -134,7 +134,7 @@ def test_invalid_targets_are_dropped_and_an_update_without_valid_target_becomes_
 def test_atoms_left_undecided_still_go_to_the_judge_and_are_counted(tmp_path: Path) -> None:
     w = World(tmp_path)
     w.say("I like tea", fact("Sam likes green tea"))
-    w.judge_llm.push(lambda call: DedupOut(decisions=[DecisionOut(record_id=new_id(call), action="skip",
+    w.judge_llm.push(lambda call: DedupOut(decisions=[DedupDecision(record_id=new_id(call), action="skip",
                                                                   target_ids=[])]))
     result = w.say("tea and chess", fact("Sam likes tea", decision="skip"), fact("Sam likes tea and chess"))
     judged = w.judge_llm.calls
@@ -223,7 +223,7 @@ def test_deduper_without_shown_candidates_counts_every_judged_pass_for_a_model()
 
 
 def _record(d: AtomDraft):
-    from mnemoflow.memory.l1_models import L1Record
+    from mnemoflow.memory.l1.models import L1Record
     return L1Record(id=d.atom_id("t", "u"), content=d.content, type=d.type, priority=d.priority,
                     source_message_ids=list(d.source_message_ids), timestamps=[T0], created=T0, updated=T0)
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from mnemoflow.memory.event_time import resolve
+from mnemoflow.memory.l1.event_time import resolve
 
 SAID = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)  # a Monday
 

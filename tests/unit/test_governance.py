@@ -39,14 +39,14 @@ from mnemoflow.handlers import (
     TurnsHandler,
     WriterThread,
 )
+from mnemoflow.index.sqlite import SqliteVectorStore
+from mnemoflow.index.sqlite_scrub import scrub_sqlite_index
 from mnemoflow.memory.l0 import read_l0
-from mnemoflow.memory.l1_heuristic import HeuristicExtractor, HeuristicJudge
-from mnemoflow.memory.l1_pipeline import L1Pipeline
-from mnemoflow.memory.records import RecordLog
+from mnemoflow.memory.l1.heuristic import HeuristicExtractor, HeuristicJudge
+from mnemoflow.memory.l1.pipeline import L1Pipeline
+from mnemoflow.memory.l1.records import RecordLog
 from mnemoflow.retry import RetryPolicy
 from mnemoflow.storage import LocalFileStore
-from mnemoflow.stores.sqlite import SqliteVectorStore
-from mnemoflow.stores.sqlite_scrub import scrub_sqlite_index
 from mnemoflow.testing import ManualClock, files_holding
 
 EMB = HashingEmbedder(64)
@@ -273,11 +273,11 @@ def test_reindex_from_records_alone_gives_the_same_recall(stack: Stack) -> None:
 
 def test_deleted_and_edited_atoms_leave_scenes_and_persona_at_the_next_pass(stack: Stack) -> None:
     from mnemoflow.memory.curation import Curator
-    from mnemoflow.memory.l2_schedule import L2Timing
-    from mnemoflow.memory.persona import PersonaStore
-    from mnemoflow.memory.persona_heuristic import HeuristicPersonaEngine
-    from mnemoflow.memory.scenes_heuristic import HeuristicSceneEngine
-    from mnemoflow.memory.scenes_store import SceneStore
+    from mnemoflow.memory.persona.generate import PersonaStore
+    from mnemoflow.memory.persona.heuristic import HeuristicPersonaEngine
+    from mnemoflow.memory.scenes.heuristic import HeuristicSceneEngine
+    from mnemoflow.memory.scenes.schedule import L2Timing
+    from mnemoflow.memory.scenes.store import SceneStore
 
     curator = Curator(stack.files, stack.clock, HeuristicSceneEngine(EMB), HeuristicPersonaEngine(), L2Timing())
     asyncio.run(curator.run_now("acme", "ana"))
@@ -303,9 +303,9 @@ def test_deleted_and_edited_atoms_leave_scenes_and_persona_at_the_next_pass(stac
 
 def test_a_curation_pass_after_an_erase_writes_nothing_back(stack: Stack) -> None:
     from mnemoflow.memory.curation import Curator
-    from mnemoflow.memory.l2_schedule import L2Timing
-    from mnemoflow.memory.persona_heuristic import HeuristicPersonaEngine
-    from mnemoflow.memory.scenes_heuristic import HeuristicSceneEngine
+    from mnemoflow.memory.persona.heuristic import HeuristicPersonaEngine
+    from mnemoflow.memory.scenes.heuristic import HeuristicSceneEngine
+    from mnemoflow.memory.scenes.schedule import L2Timing
 
     curator = Curator(stack.files, stack.clock, HeuristicSceneEngine(EMB), HeuristicPersonaEngine(), L2Timing())
     asyncio.run(curator.run_now("acme", "ana"))
@@ -317,9 +317,9 @@ def test_a_curation_pass_after_an_erase_writes_nothing_back(stack: Stack) -> Non
 def test_an_erase_that_overtakes_a_curation_pass_leaves_nothing_of_the_pass(stack: Stack) -> None:
     """The curator and the eraser are different processes: the erase lands while the pass waits for its model."""
     from mnemoflow.memory.curation import Curator
-    from mnemoflow.memory.l2_schedule import L2Timing
-    from mnemoflow.memory.persona_heuristic import HeuristicPersonaEngine
-    from mnemoflow.memory.scenes_heuristic import HeuristicSceneEngine
+    from mnemoflow.memory.persona.heuristic import HeuristicPersonaEngine
+    from mnemoflow.memory.scenes.heuristic import HeuristicSceneEngine
+    from mnemoflow.memory.scenes.schedule import L2Timing
 
     class ErasedMidPlan(HeuristicSceneEngine):
         async def plan(self, *args: Any, **kwargs: Any) -> Any:
@@ -340,7 +340,7 @@ def test_an_erase_that_overtakes_a_curation_pass_leaves_nothing_of_the_pass(stac
 def test_a_fence_keeps_what_a_user_said_after_coming_back(stack: Stack) -> None:
     """Only derived files go when an erase overtakes a pass: L0 and records of a returning user stay."""
     from mnemoflow.governance.fence import ErasureFence, UserErased
-    from mnemoflow.memory.scenes_paths import ScenePaths
+    from mnemoflow.memory.scenes.paths import ScenePaths
 
     paths = ScenePaths("acme", "ana")
     fence = ErasureFence(stack.files, "acme", "ana", paths.derived)

@@ -30,10 +30,10 @@ from mnemoflow.handlers import (
     WriterThread,
 )
 from mnemoflow.memory.l0 import read_l0
-from mnemoflow.memory.l1_pipeline import L1RunReply, L1RunResult
-from mnemoflow.memory.l1_schedule import L1Job, L1Scheduler
-from mnemoflow.memory.l1_state import load_triggers
-from mnemoflow.memory.triggers import L1Triggers, TriggerConfig
+from mnemoflow.memory.l1.pipeline import L1RunReply, L1RunResult
+from mnemoflow.memory.l1.schedule import L1Job, L1Scheduler
+from mnemoflow.memory.l1.state import load_triggers
+from mnemoflow.memory.l1.triggers import L1Triggers, TriggerConfig
 from mnemoflow.offload.entries import SessionAppend, read_entries, read_ref
 from mnemoflow.retry import RetryPolicy
 from mnemoflow.storage import LocalFileStore

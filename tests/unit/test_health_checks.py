@@ -10,9 +10,9 @@ import pytest
 from mnemoflow.config import Settings
 from mnemoflow.embedding import HashingEmbedder
 from mnemoflow.errors import ServiceUnavailable
-from mnemoflow.memory.recall import Recaller
+from mnemoflow.index import InMemoryVectorStore
+from mnemoflow.memory.recall.recaller import Recaller
 from mnemoflow.storage import LocalFileStore
-from mnemoflow.stores import InMemoryVectorStore
 from mnemoflow.testing import ListBus
 from serving.deps import ApiDeps
 from serving.health import actors_alive, atom_index

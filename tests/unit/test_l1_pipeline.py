@@ -7,16 +7,16 @@ import pytest
 from mnemoflow.embedding import HashingEmbedder
 from mnemoflow.errors import ServiceUnavailable
 from mnemoflow.events import TurnEvent
-from mnemoflow.memory.dedup import LLMDedupJudge
+from mnemoflow.index import InMemoryVectorStore
 from mnemoflow.memory.l0 import L0Writer, read_l0
-from mnemoflow.memory.l1_extract import LLMExtractor
-from mnemoflow.memory.l1_heuristic import HeuristicExtractor, HeuristicJudge
-from mnemoflow.memory.l1_pipeline import L1Pipeline, L1Settings
-from mnemoflow.memory.l1_state import load_cursor
-from mnemoflow.memory.records import RecordLog
+from mnemoflow.memory.l1.dedup import LLMDedupJudge
+from mnemoflow.memory.l1.extract import LLMExtractor
+from mnemoflow.memory.l1.heuristic import HeuristicExtractor, HeuristicJudge
+from mnemoflow.memory.l1.pipeline import L1Pipeline, L1Settings
+from mnemoflow.memory.l1.records import RecordLog
+from mnemoflow.memory.l1.state import load_cursor
 from mnemoflow.prompts.l1_extraction import ExtractionOut, MemoryOut, SceneOut
 from mnemoflow.storage import LocalFileStore
-from mnemoflow.stores import InMemoryVectorStore
 from mnemoflow.testing import ManualClock, ScriptedLLM
 
 T0 = datetime(2026, 2, 1, 12, tzinfo=UTC)
@@ -157,7 +157,7 @@ def test_chinese_and_mixed_turns_become_typed_atoms(files, store) -> None:
 
 
 def test_heuristic_sentences_split_on_chinese_punctuation() -> None:
-    from mnemoflow.memory.l1_heuristic import classify, statement
+    from mnemoflow.memory.l1.heuristic import classify, statement
 
     assert statement("我现在住在上海浦东。你住在哪里？你喜欢上海吗") == "我现在住在上海浦东。"
     assert statement("你好！") == "" and statement("谢谢你，太好了") == ""

@@ -2,9 +2,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from mnemoflow.events import TurnEvent
-from mnemoflow.memory.l1_schedule import L1Scheduler
-from mnemoflow.memory.l1_state import load_triggers
-from mnemoflow.memory.triggers import L1Triggers, TriggerConfig
+from mnemoflow.memory.l1.schedule import L1Scheduler
+from mnemoflow.memory.l1.state import load_triggers
+from mnemoflow.memory.l1.triggers import L1Triggers, TriggerConfig
 from mnemoflow.retry import RetryPolicy
 from mnemoflow.storage import LocalFileStore
 

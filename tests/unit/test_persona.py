@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from mnemoflow.errors import StructuredOutputError
-from mnemoflow.memory import l2_schedule as sched
-from mnemoflow.memory.persona import (
+from mnemoflow.memory.persona.generate import (
     MAX_PERSONA_CHARS,
     PersonaStore,
     escape_tags,
@@ -18,15 +17,16 @@ from mnemoflow.memory.persona import (
     navigation_scenes,
     strip_navigation,
 )
-from mnemoflow.memory.persona_heuristic import HeuristicPersonaEngine
-from mnemoflow.memory.persona_llm import LLMPersonaEngine
-from mnemoflow.memory.persona_trigger import PersonaState, after_scene_pass, persona_trigger
-from mnemoflow.memory.scenes_drilldown import atom_scenes, drill_down
-from mnemoflow.memory.scenes_llm import LLMSceneEngine
-from mnemoflow.memory.scenes_model import SceneBlock, SceneInput
-from mnemoflow.memory.scenes_pass import run_scene_pass
-from mnemoflow.memory.scenes_store import SceneStore
-from mnemoflow.memory.scenes_text import Item, render_items
+from mnemoflow.memory.persona.heuristic import HeuristicPersonaEngine
+from mnemoflow.memory.persona.llm import LLMPersonaEngine
+from mnemoflow.memory.persona.trigger import PersonaState, after_scene_pass, persona_trigger
+from mnemoflow.memory.scenes import schedule as sched
+from mnemoflow.memory.scenes.drilldown import atom_scenes, drill_down
+from mnemoflow.memory.scenes.llm import LLMSceneEngine
+from mnemoflow.memory.scenes.model import SceneBlock, SceneInput
+from mnemoflow.memory.scenes.passes import run_scene_pass
+from mnemoflow.memory.scenes.store import SceneStore
+from mnemoflow.memory.scenes.text import Item, render_items
 from mnemoflow.prompts.persona import PersonaReply
 from mnemoflow.prompts.scenes import SceneReply
 from mnemoflow.storage import LocalFileStore
@@ -72,7 +72,7 @@ def test_heuristic_persona_is_bounded_deterministic_and_navigable(stores) -> Non
     assert navigation_scenes(text) == ["work.md", "music.md"]  # hottest first
     assert state.last_persona_time == NOW and state.memories_since_last_persona == 0
     again = HeuristicPersonaEngine().render  # same input, same text
-    from mnemoflow.memory.persona import PersonaContext
+    from mnemoflow.memory.persona.generate import PersonaContext
 
     ctx = PersonaContext(list(scenes.load().values()), [], "", "first", "r", 26, NOW)
     assert again(ctx) == again(ctx)

@@ -9,9 +9,9 @@ import pytest
 from actors.metrics import TimedIndex, decisions_since
 from mnemoflow.handlers import DeadLetter, JobsOutcome, Outcome, RawRecord, ToolResultsOutcome, TurnsOutcome
 from mnemoflow.llm.usage import CallRecord, LLMUsage
-from mnemoflow.memory.dedup import DedupStats
-from mnemoflow.memory.l1_pipeline import L1RunReply, L1RunResult
-from mnemoflow.memory.l1_schedule import L1Job
+from mnemoflow.memory.l1.dedup import DedupStats
+from mnemoflow.memory.l1.pipeline import L1RunReply, L1RunResult
+from mnemoflow.memory.l1.schedule import L1Job
 from mnemoflow.offload.entries import SessionAppend
 from streams.metrics import BatchTally, WorkerMetrics, serve_metrics, tally
 

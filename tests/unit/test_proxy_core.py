@@ -8,7 +8,7 @@ import pytest
 
 from mnemoflow.config import Settings
 from mnemoflow.errors import InvalidInput
-from mnemoflow.memory.recall import RecallResult
+from mnemoflow.memory.recall.recaller import RecallResult
 from mnemoflow.offload.replies import CompactReply
 from mnemoflow.proxy.answer import StreamedAnswer, answer_text
 from mnemoflow.proxy.capture import CaptureLog, answer_turn, plan_capture

@@ -8,15 +8,15 @@ from hypothesis import strategies as st
 
 from mnemoflow.embedding import HashingEmbedder
 from mnemoflow.events import TurnEvent
+from mnemoflow.index import InMemoryVectorStore
 from mnemoflow.memory.l0 import L0Writer
-from mnemoflow.memory.l1_heuristic import HeuristicExtractor, HeuristicJudge
-from mnemoflow.memory.l1_pipeline import L1Pipeline
-from mnemoflow.memory.recall import Recaller
-from mnemoflow.memory.recall_config import RECIPES, RecallConfig
-from mnemoflow.memory.recall_format import fit, memory_line
+from mnemoflow.memory.l1.heuristic import HeuristicExtractor, HeuristicJudge
+from mnemoflow.memory.l1.pipeline import L1Pipeline
+from mnemoflow.memory.recall.config import RECIPES, RecallConfig
+from mnemoflow.memory.recall.format import fit, memory_line
+from mnemoflow.memory.recall.recaller import Recaller
 from mnemoflow.ports.vectors import ATOM_TYPES, AtomRow
 from mnemoflow.storage import LocalFileStore
-from mnemoflow.stores import InMemoryVectorStore
 from mnemoflow.testing import ManualClock
 
 T0 = datetime(2026, 4, 2, 15, 30, tzinfo=UTC)
@@ -54,8 +54,8 @@ def test_budget_keeps_whole_lines_and_cuts_one_only_if_40_chars_remain() -> None
 def test_recall_returns_prepend_and_system_context_with_persona_and_navigation(tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
-    from mnemoflow.memory.persona import PersonaStore
-    from mnemoflow.memory.scenes_model import SceneBlock, render_scene
+    from mnemoflow.memory.persona.generate import PersonaStore
+    from mnemoflow.memory.scenes.model import SceneBlock, render_scene
 
     files = LocalFileStore(tmp_path)
     when = datetime(2026, 4, 2, tzinfo=UTC)

@@ -12,14 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mnemoflow.embedding import HashingEmbedder
-from mnemoflow.memory.persona import PersonaContext
-from mnemoflow.memory.persona_heuristic import HeuristicPersonaEngine
+from mnemoflow.memory.persona.generate import PersonaContext
+from mnemoflow.memory.persona.heuristic import HeuristicPersonaEngine
 from mnemoflow.memory.salience import STOPWORDS, STOPWORDS_ZH, content_words, salient_terms, terms
-from mnemoflow.memory.scenes_heuristic import HeuristicSceneEngine
-from mnemoflow.memory.scenes_model import SAFE_SCENE_NAME, SceneBlock, SceneInput
-from mnemoflow.memory.scenes_pass import run_scene_passes
-from mnemoflow.memory.scenes_plan import ScenePolicy
-from mnemoflow.memory.scenes_store import SceneStore
+from mnemoflow.memory.scenes.heuristic import HeuristicSceneEngine
+from mnemoflow.memory.scenes.model import SAFE_SCENE_NAME, SceneBlock, SceneInput
+from mnemoflow.memory.scenes.passes import run_scene_passes
+from mnemoflow.memory.scenes.plan import ScenePolicy
+from mnemoflow.memory.scenes.store import SceneStore
 from mnemoflow.storage import LocalFileStore
 
 SAID = datetime(2023, 5, 8, 14, 0, tzinfo=UTC)

@@ -11,11 +11,11 @@ import pytest
 
 from mnemoflow.embedding import HashingEmbedder
 from mnemoflow.errors import InvalidInput, StorageError
-from mnemoflow.memory.scenes_heuristic import HeuristicSceneEngine
-from mnemoflow.memory.scenes_model import SceneBlock, SceneInput, normalize_filename, parse_scene, render_scene
-from mnemoflow.memory.scenes_pass import run_scene_pass, run_scene_passes, windows
-from mnemoflow.memory.scenes_plan import SceneEdit, ScenePlan, ScenePlanRejected, ScenePolicy, apply_plan
-from mnemoflow.memory.scenes_store import SceneStore
+from mnemoflow.memory.scenes.heuristic import HeuristicSceneEngine
+from mnemoflow.memory.scenes.model import SceneBlock, SceneInput, normalize_filename, parse_scene, render_scene
+from mnemoflow.memory.scenes.passes import run_scene_pass, run_scene_passes, windows
+from mnemoflow.memory.scenes.plan import SceneEdit, ScenePlan, ScenePlanRejected, ScenePolicy, apply_plan
+from mnemoflow.memory.scenes.store import SceneStore
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.testing import ManualClock
 

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mnemoflow.errors import InvalidInput, MnemoflowError
+from mnemoflow.index import InMemoryIndex, InMemoryVectorStore
 from mnemoflow.ports.vectors import ATOM_TYPES, AtomRow, EmbeddingModelMismatch, VectorStore
-from mnemoflow.stores import InMemoryIndex, InMemoryVectorStore
 
 DIM = 16
 _has = {m: importlib.util.find_spec(m) is not None for m in ("apsw", "sqlite_vec", "pymilvus", "milvus_lite")}
@@ -50,11 +50,11 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opene
         if request.param == "memory":
             store: VectorStore = InMemoryVectorStore(dim=dim, embedding_model=model, index=index)
         elif request.param == "sqlite":
-            from mnemoflow.stores.sqlite import SqliteVectorStore
+            from mnemoflow.index.sqlite import SqliteVectorStore
 
             store = SqliteVectorStore.open(str(tmp_path / "atoms.db"), dim=dim, embedding_model=model)
         else:
-            from mnemoflow.stores.milvus import MilvusVectorStore
+            from mnemoflow.index.milvus import MilvusVectorStore
 
             uri = request.getfixturevalue("milvus_uri")
             store = MilvusVectorStore.open(uri, dim=dim, embedding_model=model, collection=collection)

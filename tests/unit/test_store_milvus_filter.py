@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mnemoflow.stores._milvus_schema import lit, primary_key, scope_filter
+from mnemoflow.index._milvus_schema import lit, primary_key, scope_filter
 
 
 def _unquote(literal: str) -> str:
@@ -42,7 +42,7 @@ def test_primary_key_separates_scopes() -> None:
 
 
 def test_missing_pymilvus_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mnemoflow.stores import _milvus_schema
+    from mnemoflow.index import _milvus_schema
 
     monkeypatch.setitem(sys.modules, "pymilvus", None)
     with pytest.raises(ImportError, match=r"pip install mnemoflow\[milvus\]"):

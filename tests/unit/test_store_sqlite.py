@@ -15,13 +15,13 @@ from mnemoflow.ports.vectors import AtomRow
 pytest.importorskip("apsw")
 pytest.importorskip("sqlite_vec")
 
-from mnemoflow.stores.sqlite import SqliteVectorStore  # noqa: E402
+from mnemoflow.index.sqlite import SqliteVectorStore  # noqa: E402
 
 _WRITER = """
 import sys
 from datetime import UTC, datetime
 from mnemoflow.ports.vectors import AtomRow
-from mnemoflow.stores.sqlite import SqliteVectorStore
+from mnemoflow.index.sqlite import SqliteVectorStore
 s = SqliteVectorStore.open(sys.argv[1], dim=4, embedding_model="m")
 now = datetime.now(UTC)
 s.upsert([AtomRow(id=f"b{i}", tenant="t", user="other", type="episodic", priority=1, text=f"from child {i}",
@@ -74,7 +74,7 @@ def test_unopenable_file_raises_storage_error(tmp_path: Path) -> None:
 
 
 def test_missing_vendor_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mnemoflow.stores import _sqlite_schema
+    from mnemoflow.index import _sqlite_schema
 
     monkeypatch.setitem(sys.modules, "sqlite_vec", None)
     with pytest.raises(ImportError, match=r"pip install mnemoflow\[sqlite\]"):

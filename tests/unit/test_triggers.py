@@ -3,7 +3,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mnemoflow.memory.triggers import L1Triggers, TriggerConfig, TriggerState
+from mnemoflow.memory.l1.triggers import L1Triggers, TriggerConfig, TriggerState
 from mnemoflow.retry import RetryPolicy
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -1,0 +1,148 @@
+"""L1 extraction stage: a window of L0 messages in, validated atom drafts out.
+
+Two engines share :func:`validate_drafts`: the LLM engine (structured output through the LLM port) and the
+heuristic engine (:mod:`mnemoflow.memory.l1.heuristic`). Validation is where provenance is enforced: a source
+id that is not a message of the window's new part is dropped, and a draft left without sources is dropped,
+so every stored atom resolves to L0 (the model cannot invent ids).
+
+A :class:`DecidingExtractor` (the LLM engine) also receives the user's stored atoms closest to the window and
+may return a dedup decision per draft, so that one model call both extracts and deduplicates; the decisions are
+validated later by :class:`~mnemoflow.memory.l1.dedup.Deduper`, exactly like the judge's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from pydantic import ValidationError
+
+from mnemoflow.memory.l1.models import AtomDraft, DedupDecision
+from mnemoflow.memory.l1.window import Window
+from mnemoflow.ports.llm import LLM
+from mnemoflow.ports.vectors import AtomRow
+from mnemoflow.prompts import l1_extraction as prompt
+
+MAX_PER_PASS = 20
+
+
+class Extractor(Protocol):
+    """Turns one window into drafts. Raises (any MnemoflowError) on failure: the caller keeps the cursor."""
+
+    @property
+    def uses_llm(self) -> bool: ...
+
+    async def extract(self, user: str, window: Window, previous_scene: str) -> list[AtomDraft]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Extraction:
+    """Validated drafts and, aligned with them, the dedup decision the extraction reply gave (None: undecided).
+
+    A decision's ``record_id`` is empty: the draft's atom id is only known to the pipeline (tenant + user).
+    """
+
+    drafts: list[AtomDraft]
+    decisions: list[DedupDecision | None] = field(default_factory=list)
+
+
+@runtime_checkable
+class DecidingExtractor(Extractor, Protocol):
+    """An extractor that also decides dedup against ``existing`` (the user's atoms closest to the window)."""
+
+    async def extract_decided(self, user: str, window: Window, previous_scene: str,
+                              existing: Sequence[AtomRow]) -> Extraction: ...
+
+
+def validate_drafts(drafts: Iterable[AtomDraft], window: Window, limit: int = MAX_PER_PASS) -> list[AtomDraft]:
+    """Keep drafts whose sources are new messages of the window; at most ``limit``, highest priority first.
+
+    Why by priority and not output order (the original): when a model over-produces, the cut should drop the
+    least important memories. ``-1`` (absolute instruction) ranks first.
+    """
+    allowed = window.new_ids
+    out: dict[tuple[str, str], AtomDraft] = {}
+    for d in drafts:
+        sources = tuple(dict.fromkeys(s for s in d.source_message_ids if s in allowed))
+        if sources:
+            d = d.model_copy(update={"source_message_ids": sources})
+            out.setdefault((d.type, d.content.strip().lower()), d)
+    ranked = sorted(out.values(), key=lambda d: -101 if d.priority < 0 else -d.priority)
+    return ranked[:limit]
+
+
+def validate_decided(pairs: Iterable[tuple[AtomDraft, DedupDecision | None]], window: Window,
+                     limit: int = MAX_PER_PASS) -> Extraction:
+    """:func:`validate_drafts` keeping each surviving draft's decision (of the same first occurrence it keeps)."""
+    allowed = window.new_ids
+    kept = [(d, dec) for d, dec in pairs if any(s in allowed for s in d.source_message_ids)]
+    by_key: dict[tuple[str, str], DedupDecision | None] = {}
+    for d, dec in kept:
+        by_key.setdefault((d.type, d.content.strip().lower()), dec)
+    drafts = validate_drafts([d for d, _ in kept], window, limit)
+    return Extraction(drafts, [by_key[(d.type, d.content.strip().lower())] for d in drafts])
+
+
+def _when(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        ts = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return ts if ts.tzinfo is not None else None
+
+
+def _decision(mem: prompt.MemoryOut) -> DedupDecision | None:
+    if mem.decision is None:
+        return None
+    return DedupDecision(
+        record_id="", action=mem.decision, target_ids=mem.target_ids, merged_content=mem.merged_content,
+        merged_type=mem.merged_type, merged_priority=mem.merged_priority,
+    )
+
+
+class LLMExtractor:
+    """Extraction by a model through the LLM port (stage ``l1-extraction``), with dedup decisions folded in."""
+
+    uses_llm = True
+
+    def __init__(self, llm: LLM, *, max_tokens: int = 2048) -> None:
+        self._llm, self._max_tokens = llm, max_tokens
+
+    async def extract(self, user: str, window: Window, previous_scene: str) -> list[AtomDraft]:
+        return (await self.extract_decided(user, window, previous_scene, [])).drafts
+
+    async def extract_decided(self, user: str, window: Window, previous_scene: str,
+                              existing: Sequence[AtomRow]) -> Extraction:
+        if not any(m.role == "user" for m in window.new):
+            return Extraction([])  # nothing said by the user: no call (assistant-only windows hold no user memory)
+
+        def pm(m: object) -> prompt.PromptMessage:
+            return prompt.PromptMessage(m.id, m.role, m.ts, m.content)  # type: ignore[attr-defined]
+
+        ctx = prompt.ExtractionContext(user, previous_scene, [pm(m) for m in window.background],
+                                       [pm(m) for m in window.new],
+                                       [prompt.ExistingMemory(r.id, r.type, r.text) for r in existing])
+        reply = await self._llm.complete(prompt.build_messages(ctx), prompt.ExtractionOut,
+                                         max_tokens=self._max_tokens, stage="l1-extraction")
+        pairs = []
+        for scene in reply.scenes:
+            for mem in scene.memories:
+                try:
+                    pairs.append((AtomDraft(
+                        content=mem.content.strip(), type=mem.type, priority=mem.priority,
+                        source_message_ids=tuple(mem.source_message_ids), scene_name=scene.scene_name.strip(),
+                        activity_start=_when(mem.activity_start), activity_end=_when(mem.activity_end)),
+                        _decision(mem)))
+                except ValidationError:
+                    continue  # e.g. blank content after strip: drop the item, keep the pass
+        return validate_decided(pairs, window)
+
+
+def last_scene(drafts: list[AtomDraft]) -> str | None:
+    """The scene to hand to the next pass (None keeps the previous one)."""
+    named = [d.scene_name for d in drafts if d.scene_name]
+    return named[-1] if named else None

@@ -1,0 +1,138 @@
+"""Run the L1 trigger state machine for the users of one stream worker, with persistence and wake-ups.
+
+:class:`~mnemoflow.memory.l1.triggers.L1Triggers` is pure; this class loads and saves each user's
+:class:`~mnemoflow.memory.l1.triggers.TriggerState` around every transition (files are the source of truth) and
+keeps an in-memory index of wake-up times so a periodic ``due`` call can fire idle and retry triggers. The
+index is a cache: after a restart a user's wake-up is known again from its next turn, and a user seen again
+after a restart re-derives it from the persisted state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict
+
+from mnemoflow.events import TurnEvent
+from mnemoflow.ids import SafeId
+from mnemoflow.lru import LRU
+from mnemoflow.memory.l1.state import load_triggers, save_triggers
+from mnemoflow.memory.l1.triggers import Decision, L1Triggers, TriggerState
+from mnemoflow.ports import FileStore
+
+UserKey = tuple[str, str]
+
+
+class L1Job(BaseModel):
+    """A work order on ``mnemoflow.jobs`` (key ``tenant/user``): run L1 now, or the host ended a session."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["run", "session_end"]
+    tenant: SafeId
+    user: SafeId
+    reason: str = ""
+    requested_at: AwareDatetime
+
+    @property
+    def key(self) -> str:
+        return f"{self.tenant}/{self.user}"
+
+
+class L1Scheduler:
+    def __init__(self, files: FileStore, triggers: L1Triggers | None = None, max_wakeups: int = 100_000) -> None:
+        self._files = files
+        self.triggers = triggers or L1Triggers()
+        self._wake: dict[UserKey, datetime] = {}
+        self._max_wakeups = max_wakeups
+        self._states: LRU[UserKey, TriggerState] = LRU(max_wakeups)
+        """The states as last saved, so a batch does not read back every user's file: while this worker owns a
+        user's partition it alone writes the user's state."""
+
+    def _load(self, key: UserKey) -> TriggerState:
+        return self._states.get_or_load(key, self._read)
+
+    def _read(self, key: UserKey) -> TriggerState:
+        """The persisted state; a run marked by a previous owner of this user (a crashed or rebalanced worker)
+        is not trusted, since its job may never have been produced: the user counts as idle again. At worst a
+        run happens twice, which the cursor makes harmless."""
+        state = load_triggers(self._files, *key)
+        if state.running:
+            return state.model_copy(update={"running": False, "inflight": 0})
+        return state
+
+    def _settle(self, settled: list[tuple[UserKey, TriggerState, Decision]], now: datetime) -> list[L1Job]:
+        """Persist the new states (one write for the batch of users), index their wake-ups, return the due runs."""
+        states = {key: state for key, state, _ in settled}
+        try:
+            save_triggers(self._files, states)
+        except Exception:
+            for key in states:  # some files may hold the new state, some the old: read them again
+                self._states.pop(key)
+            raise
+        jobs = []
+        for key, state, decision in settled:
+            self._states.put(key, state)
+            self._wake.pop(key, None)
+            if decision.wake_at is not None and len(self._wake) < self._max_wakeups:
+                self._wake[key] = decision.wake_at
+            if decision.run:
+                jobs.append(L1Job(kind="run", tenant=key[0], user=key[1], reason=decision.reason or "",
+                                  requested_at=now))  # fmt: skip
+        return jobs
+
+    def _settle_one(self, key: UserKey, state: TriggerState, decision: Decision, now: datetime) -> L1Job | None:
+        return next(iter(self._settle([(key, state, decision)], now)), None)
+
+    def on_turns(self, events: Iterable[TurnEvent], now: datetime) -> list[L1Job]:
+        """Count each new user message (assistant replies ride along); return the runs that became due."""
+        counts: dict[UserKey, int] = {}
+        for event in events:
+            if event.role == "user":
+                counts[(event.tenant, event.user)] = counts.get((event.tenant, event.user), 0) + 1
+        settled = []
+        for key, n in counts.items():
+            state, decision = self._load(key), Decision()
+            for _ in range(n):
+                state, step = self.triggers.on_turn(state, now)
+                decision = step if step.run or not decision.run else decision
+            settled.append((key, state, decision))
+        return self._settle(settled, now)
+
+    def on_session_end(self, tenant: str, user: str, now: datetime) -> L1Job | None:
+        state, decision = self.triggers.on_session_end(self._load((tenant, user)), now)
+        return self._settle_one((tenant, user), state, decision, now)
+
+    def runs_for(self, jobs: Iterable[L1Job], now: datetime) -> dict[UserKey, L1Job]:
+        """One run per user for a batch of jobs: ``run`` jobs as they are, ``session_end`` jobs through the
+        trigger machine (which starts a run only when turns are pending)."""
+        runs: dict[UserKey, L1Job] = {}
+        for job in jobs:
+            key = (job.tenant, job.user)
+            run = self.on_session_end(job.tenant, job.user, now) if job.kind == "session_end" else job
+            if run is not None:
+                runs[key] = run
+        return runs
+
+    def due(self, now: datetime) -> list[L1Job]:
+        """Fire the wake-ups whose time has come (idle extraction, retries after a failure)."""
+        due = [k for k, at in self._wake.items() if at <= now]
+        return self._settle([(key, *self.triggers.on_tick(self._load(key), now)) for key in due], now)
+
+    def on_result(
+        self, tenant: str, user: str, now: datetime, error: str | None = None
+    ) -> tuple[L1Job | None, str | None]:
+        """After a run: a catch-up run due now (if any) and, after too many failures, a dead-letter reason."""
+        state = self._load((tenant, user))
+        if error is None:
+            state, decision = self.triggers.on_success(state, now)
+        else:
+            state, decision = self.triggers.on_failure(state, now, error)
+        return self._settle_one((tenant, user), state, decision, now), decision.dead_letter
+
+    def forget(self) -> None:
+        """Drop the wake-up index and what this worker knew (another worker may own these users now)."""
+        self._wake.clear()
+        self._states.clear()

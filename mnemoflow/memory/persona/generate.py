@@ -1,0 +1,177 @@
+"""L3 persona: ``persona.md`` = a body of at most 2,000 characters + the scene navigation the engine appends.
+
+Why the engine owns the file: the model (or the template) only returns the body text; code bounds it, escapes
+the tags recall wraps it in (so a persona cannot close ``<user-persona>`` and inject instructions), appends a
+fresh heat-sorted navigation, keeps the previous file in a rotating backup and replaces it atomically. The
+2,000-character bound is on the body (docs/tdam-spec.md §3.6); the navigation adds about 150 characters per scene.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, Protocol
+
+from mnemoflow.memory.persona.trigger import (
+    PersonaState,
+    after_generation,
+    after_skip,
+    changed_scenes,
+    persona_trigger,
+)
+from mnemoflow.memory.scenes.model import SceneBlock, format_ts
+from mnemoflow.memory.scenes.paths import ScenePaths
+from mnemoflow.memory.scenes.store import SceneStore
+from mnemoflow.ports import FileStore
+
+log = logging.getLogger(__name__)
+
+MAX_PERSONA_CHARS = 2000
+NAV_HEADER = "## 🗺️ Scene Navigation (Scene Index)"
+_NAV_START = "\n---\n" + NAV_HEADER
+_TAGS = re.compile(
+    r"</?\s*(user-persona|relevant-memories|scene-navigation|relevant-scenes|memory-tools-guide|system|assistant)\s*>",
+    re.IGNORECASE,
+)
+_NAV_PATH = re.compile(r"^### Path: (?:scenes/)?(\S+\.md)$", re.MULTILINE)
+
+
+def escape_tags(text: str) -> str:
+    """Our wrapper tags, opening or closing, become inert ``&lt;…&gt;`` text."""
+    return _TAGS.sub(lambda m: "&lt;" + m.group(0)[1:-1] + "&gt;", text)
+
+
+def strip_navigation(text: str) -> str:
+    cut = text.find(NAV_HEADER)
+    if cut == -1:
+        return text.strip()
+    head = text[:cut].rstrip()
+    return head[: -len("---")].rstrip() if head.endswith("---") else head
+
+
+def bound(text: str, limit: int = MAX_PERSONA_CHARS) -> str:
+    """``text`` cut to ``limit`` characters at the last line break before it (code points, never bytes)."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    cut = text.rfind("\n", 0, limit)
+    return text[: cut if cut > limit // 2 else limit].rstrip()
+
+
+def _flames(heat: int) -> str:
+    return "🔥" * sum(heat >= t for t in (50, 100, 200, 500, 1000))
+
+
+def render_navigation(scenes: dict[str, SceneBlock], prefix: str = "scenes/") -> str:
+    """The navigation tail (docs/tdam-spec.md §3.5): hottest first; ``prefix`` is relative in the file, absolute in
+    recall."""
+    live = sorted((b for b in scenes.values() if not b.deleted), key=lambda b: (-b.heat, b.filename))
+    lines = ["---", NAV_HEADER, "*Scene files hold the details behind this profile; open one when a topic comes up.*"]
+    for b in live:
+        updated = format_ts(b.updated) if b.updated else "?"
+        flames = " " + _flames(b.heat) if b.heat >= 50 else ""
+        lines += ["", f"### Path: {prefix}{b.filename}", f"heat: {b.heat}{flames} | updated: {updated}",
+                  f"Summary: {b.summary}"]  # fmt: skip
+    lines += ["", "*heat: how often the scene was updated or merged; updated: last change (UTC).*"]
+    return "\n".join(lines)
+
+
+def navigation_scenes(persona_text: str) -> list[str]:
+    """Scene file names listed in a persona's navigation, in order (drill-down persona → scene)."""
+    return _NAV_PATH.findall(persona_text)
+
+
+class PersonaStore:
+    """``persona.md`` of one user, with ``backup_slots`` rotating backups of the previous file."""
+
+    def __init__(self, files: FileStore, tenant: str, user: str, *, backup_slots: int = 3) -> None:
+        self.files = files
+        self.paths = ScenePaths(tenant, user)
+        self.backup_slots = backup_slots
+
+    def read(self) -> str:
+        data = self.files.read_bytes(self.paths.persona)
+        return "" if data is None else data.decode("utf-8", errors="replace")
+
+    def read_body(self) -> str:
+        return strip_navigation(self.read())
+
+    def write(self, body: str, scenes: dict[str, SceneBlock]) -> str:
+        """Bound, escape, append navigation, back up the old file, replace atomically; returns the file text."""
+        clean = bound(escape_tags(strip_navigation(body)))
+        if not clean:
+            raise ValueError("empty persona body")
+        text = clean + "\n\n" + render_navigation(scenes) + "\n"
+        previous = self.files.read_bytes(self.paths.persona)
+        if previous is not None:
+            seq_path = f"{self.paths.persona_backups}/seq"
+            seq = int((self.files.read_bytes(seq_path) or b"0").decode() or 0)
+            self.files.write_atomic(self.paths.persona_backup(seq % self.backup_slots), previous)
+            self.files.write_atomic(seq_path, str(seq + 1).encode())
+        self.files.write_atomic(self.paths.persona, text.encode())
+        return text
+
+    def refresh_navigation(self, scenes: dict[str, SceneBlock]) -> bool:
+        """After an L2 pass: re-render the navigation tail if a persona body exists (docs/tdam-spec.md §3.5 step 8)."""
+        body = self.read_body()
+        if not body:
+            return False
+        self.files.write_atomic(self.paths.persona, (body + "\n\n" + render_navigation(scenes) + "\n").encode())
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class PersonaContext:
+    """What a persona engine writes from. ``changed`` are the scenes to focus on (all on a first run)."""
+
+    scenes: list[SceneBlock]
+    changed: list[SceneBlock]
+    current: str
+    mode: Literal["first", "incremental"]
+    reason: str
+    total_memories: int
+    now: datetime
+
+
+class PersonaEngine(Protocol):
+    name: str
+
+    async def write(self, ctx: PersonaContext) -> str:
+        """The new persona body (Markdown, ≤ 2,000 characters; longer is cut at a line break)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PersonaOutcome:
+    status: Literal["generated", "skipped"]
+    reason: str
+    chars: int = 0
+    changed: tuple[str, ...] = ()
+
+
+async def generate_persona(persona: PersonaStore, scenes: SceneStore, engine: PersonaEngine, state: PersonaState,
+                           *, now: datetime, every_n: int = 50,
+                           rewrite: str | None = None) -> tuple[PersonaState, PersonaOutcome]:  # fmt: skip
+    """Evaluate the triggers and, if one fires and a scene changed, write a new persona. Returns the new state;
+    persist it only after this returns (an exception leaves the old state, so the next run retries).
+
+    ``rewrite``: the reason to write it anew from the scenes alone, whatever the triggers say (the user deleted
+    memories, so the current text may still hold them)."""
+    live = scenes.load()
+    current = "" if rewrite else persona.read_body()
+    reason = rewrite or persona_trigger(state, scene_count=len(live), persona_exists=bool(current), every_n=every_n)
+    if reason is None:
+        return state, PersonaOutcome("skipped", "no trigger")
+    changed = changed_scenes(live, state.last_persona_time if current else None)
+    if not changed and current:
+        return after_skip(state), PersonaOutcome("skipped", f"{reason}; no scene changed")
+    ctx = PersonaContext(scenes=sorted(live.values(), key=lambda b: (-b.heat, b.filename)), changed=changed,
+                         current=current, mode="incremental" if current else "first", reason=reason,
+                         total_memories=state.total_processed, now=now)  # fmt: skip
+    body = await engine.write(ctx)
+    text = persona.write(body, live)
+    log.info("persona %s: %s (%s), %d chars", persona.paths.persona, ctx.mode, reason, len(strip_navigation(text)))
+    return after_generation(state, now), PersonaOutcome("generated", reason, len(strip_navigation(text)),
+                                                         tuple(b.filename for b in changed))  # fmt: skip

@@ -1,0 +1,153 @@
+"""Recall for one user: injected context, the two agent tools, and drill-down to L0 (docs/tdam-spec.md §4).
+
+What the API calls: ``await Recaller(...).recall(RecallRequest(...))`` for ``POST /v1/recall`` (returns
+``prepend_context`` and ``system_context`` together, plus structured hits), :meth:`memory_search`,
+:meth:`conversation_search` and :meth:`drill_down`. Every query names tenant and user; the store enforces it.
+
+Ports are sync (store, embedder, files); :meth:`recall` runs the search in a worker thread only to bound it by
+``timeout_s``: on timeout it returns no hits but still the persona and navigation (the original drops all,
+docs/tdam-spec.md §9.18).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict
+
+from mnemoflow.lexical import bm25_scores
+from mnemoflow.memory.l0 import L0Message, read_l0
+from mnemoflow.memory.l1.models import L1Record
+from mnemoflow.memory.l1.records import RecordLog
+from mnemoflow.memory.recall.config import RecallConfig, search_hits
+from mnemoflow.memory.recall.format import ToolNames, clip, fit, memory_line, prepend_context, system_context
+from mnemoflow.memory.recall.sources import ContextSource, FileContextSource
+from mnemoflow.ports import Embedder, FileStore
+from mnemoflow.ports.vectors import AtomType, Hit, VectorStore
+
+
+class RecallHit(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    score: float
+    type: AtomType
+    priority: int
+    text: str
+    source_message_ids: list[str]
+    dense_rank: int | None = None
+    bm25_rank: int | None = None
+
+    @classmethod
+    def of(cls, h: Hit) -> RecallHit:
+        r = h.row
+        return cls(id=h.id, score=h.score, type=r.type, priority=r.priority, text=r.text,
+                   source_message_ids=list(r.source_message_ids), dense_rank=h.dense_rank, bm25_rank=h.bm25_rank)
+
+
+class RecallResult(BaseModel):
+    prepend_context: str
+    system_context: str
+    hits: list[RecallHit]
+    persona: str
+    timed_out: bool = False
+    elapsed_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationHit:
+    message: L0Message
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class DrillDown:
+    """An atom's record (live or superseded) and the L0 messages it came from, in L0 order."""
+
+    record: L1Record | None
+    messages: list[L0Message] = field(default_factory=list)
+
+
+class Recaller:
+    def __init__(self, *, store: VectorStore, embedder: Embedder, files: FileStore,
+                 context: ContextSource | None = None, config: RecallConfig | None = None,
+                 tools: ToolNames | None = None) -> None:
+        self._store, self._embedder, self._files = store, embedder, files
+        self._context = context or FileContextSource(files)
+        self.config = config or RecallConfig()
+        self.tools = tools or ToolNames()
+
+    @property
+    def store(self) -> VectorStore:
+        """The atom index this recaller searches (``/health`` probes it)."""
+        return self._store
+
+    def hits(self, tenant: str, user: str, query: str, vector: Sequence[float] | None = None,
+             config: RecallConfig | None = None, k: int | None = None) -> list[Hit]:
+        """The search alone; embeds the query unless ``vector`` is given (the bench times it without)."""
+        cfg = config or self.config
+        if len(query.strip()) < cfg.min_query_chars:
+            return []
+        if vector is None and "vector" in cfg.methods:
+            vector = self._embedder.embed_query([query])[0]
+        return search_hits(self._store, tenant, user, query, vector, cfg, k)
+
+    def render(self, tenant: str, user: str, hits: list[Hit], config: RecallConfig | None = None,
+               timed_out: bool = False, elapsed_ms: float = 0.0) -> RecallResult:
+        cfg = config or self.config
+        lines = fit([memory_line(h.row, cfg.max_line_chars, self.tools) for h in hits], cfg.max_prepend_chars)
+        persona = clip(self._context.persona(tenant, user), cfg.max_persona_chars)
+        nav = clip(self._context.navigation(tenant, user), cfg.max_navigation_chars)
+        return RecallResult(prepend_context=prepend_context(lines),
+                            system_context=system_context(persona, nav, self.tools, bool(lines)),
+                            hits=[RecallHit.of(h) for h in hits[: len(lines)]], persona=persona,
+                            timed_out=timed_out, elapsed_ms=elapsed_ms)
+
+    def recall_sync(self, tenant: str, user: str, query: str, vector: Sequence[float] | None = None,
+                    config: RecallConfig | None = None) -> RecallResult:
+        """Search and render without a timeout (tests, benchmarks, callers with their own deadline)."""
+        start = time.perf_counter()
+        hits = self.hits(tenant, user, query, vector, config)
+        return self.render(tenant, user, hits, config, elapsed_ms=(time.perf_counter() - start) * 1000)
+
+    async def recall(self, tenant: str, user: str, query: str, config: RecallConfig | None = None) -> RecallResult:
+        cfg = config or self.config
+        start = time.perf_counter()
+        try:
+            hits = await asyncio.wait_for(asyncio.to_thread(self.hits, tenant, user, query, None, cfg),
+                                          cfg.timeout_s)
+            timed_out = False
+        except TimeoutError:
+            hits, timed_out = [], True
+        return self.render(tenant, user, hits, cfg, timed_out, (time.perf_counter() - start) * 1000)
+
+    def memory_search(self, tenant: str, user: str, query: str, limit: int = 5,
+                      type: AtomType | None = None) -> list[RecallHit]:
+        """The agent tool: limit clamped to 1..20; the type filter runs inside the store query, not after."""
+        cfg = self.config.model_copy(update={"types": (type,) if type else None})
+        return [RecallHit.of(h) for h in self.hits(tenant, user, query, None, cfg, max(1, min(limit, 20)))]
+
+    def conversation_search(self, tenant: str, user: str, query: str, limit: int = 5,
+                            session: str | None = None) -> list[ConversationHit]:
+        """The agent tool over raw L0 of this user: BM25 on the fly (L0 is not in the vector index), with the
+        same lexical terms as the atom index, so Chinese words match inside unsegmented sentences."""
+        msgs = [m for m in read_l0(self._files, tenant, user, limit=10**7)
+                if session is None or m.session == session]
+        scored = [ConversationHit(m, s) for m, s in zip(msgs, bm25_scores(query, [m.content for m in msgs]),
+                                                         strict=True) if s > 0]
+        scored.sort(key=lambda h: -h.score)
+        return scored[: max(1, min(limit, 20))]
+
+    def drill_down(self, tenant: str, user: str, atom_id: str) -> DrillDown:
+        """Atom → its record (even if superseded) → the L0 messages of its ``source_message_ids``."""
+        record = RecordLog(self._files, tenant, user).get([atom_id]).get(atom_id)
+        if record is None:
+            rows = self._store.get(tenant, user, [atom_id])
+            ids = set(rows[0].source_message_ids) if rows else set()
+        else:
+            ids = set(record.source_message_ids)
+        msgs = [m for m in read_l0(self._files, tenant, user, limit=10**7) if m.id in ids] if ids else []
+        return DrillDown(record, msgs)
