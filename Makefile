@@ -10,7 +10,7 @@ LLAMA := llama-cpp-python==0.3.36
 # The embedded broker's Apache Kafka jars, resolved from Maven Central (the marker is fetch.sh's own).
 KAFKA := .cache/kafka/.complete
 
-.PHONY: install up test test-fast bench k8s-tools
+.PHONY: install up lint test test-fast bench k8s-tools
 
 # tools/install.sh holds the steps, so that the Dockerfiles run exactly what CI runs.
 $(INSTALLED): pyproject.toml tools/install.sh tools/mermaid-check/package-lock.json
@@ -30,10 +30,16 @@ up: install
 k8s-tools: $(INSTALLED)
 	PYTHON=$(BIN)/python bash tools/k8s/build.sh > /dev/null
 
-test: install k8s-tools
+# Lint, format and types first (seconds; a failure names the file and line), then every test.
+lint: $(INSTALLED)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: install k8s-tools lint
 	$(BIN)/python -m pytest
 
-test-fast: $(INSTALLED)
+test-fast: $(INSTALLED) lint
 	$(BIN)/python -m pytest -m "not integration"
 
 bench: install

@@ -43,21 +43,42 @@ UserKey = tuple[str, str]
 class UserCurator:
     """Owns the users hashed onto shard ``index`` of ``shards``; runs each one's L2/L3 when due."""
 
-    def __init__(self, index: int, shards: int, data_dir: str, *, tick_seconds: float = 5.0,
-                 max_users: int = 100_000, max_concurrent_runs: int = 2, rescan_seconds: float = 600.0,
-                 timing: L2Timing = DEFAULT_TIMING, batch_size: int = 20, persona_every_n: int = 50,
-                 llm: LLM | None = None, llm_factory: Callable[[], LLM] | None = None,
-                 embedder: Embedder | None = None, clock: Clock | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        index: int,
+        shards: int,
+        data_dir: str,
+        *,
+        tick_seconds: float = 5.0,
+        max_users: int = 100_000,
+        max_concurrent_runs: int = 2,
+        rescan_seconds: float = 600.0,
+        timing: L2Timing = DEFAULT_TIMING,
+        batch_size: int = 20,
+        persona_every_n: int = 50,
+        llm: LLM | None = None,
+        llm_factory: Callable[[], LLM] | None = None,
+        embedder: Embedder | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         """``llm_factory`` (picklable) builds the model inside the actor; no model = heuristic engines."""
         self.index, self.shards = index, shards
         self._files = LocalFileStore(Path(data_dir))
         self._clock: Clock = clock or SystemClock()
         model = llm if llm is not None else (llm_factory() if llm_factory is not None else None)
-        scene_engine = (LLMSceneEngine(model) if model is not None
-                        else HeuristicSceneEngine(embedder or HashingEmbedder()))  # fmt: skip
+        scene_engine = (
+            LLMSceneEngine(model) if model is not None else HeuristicSceneEngine(embedder or HashingEmbedder())
+        )
         persona_engine = LLMPersonaEngine(model) if model is not None else HeuristicPersonaEngine()
-        self.curator = Curator(self._files, self._clock, scene_engine, persona_engine, timing,
-                               batch_size=batch_size, every_n=persona_every_n)  # fmt: skip
+        self.curator = Curator(
+            self._files,
+            self._clock,
+            scene_engine,
+            persona_engine,
+            timing,
+            batch_size=batch_size,
+            every_n=persona_every_n,
+        )
         self._tick_seconds, self._rescan_seconds = tick_seconds, rescan_seconds
         self._max_users = max_users
         self._runs = asyncio.Semaphore(max_concurrent_runs)
@@ -200,8 +221,13 @@ class UserCurator:
         self._schedule(key, at)
 
     def stats(self) -> dict[str, Any]:
-        return {"index": self.index, "users_scheduled": len(self._wakeups), "locks": len(self._locks),
-                "loop_running": self._loop_task is not None and not self._loop_task.done(), **self._counts}  # fmt: skip
+        return {
+            "index": self.index,
+            "users_scheduled": len(self._wakeups),
+            "locks": len(self._locks),
+            "loop_running": self._loop_task is not None and not self._loop_task.done(),
+            **self._counts,
+        }
 
 
 # --- Ray wiring -------------------------------------------------------------------------------------------------
@@ -211,23 +237,48 @@ def curator_name(index: int) -> str:
     return f"user-curator-{index}"
 
 
-def build_curators(n: int, data_dir: str | Path, namespace: str, *, tick_seconds: float = 5.0,
-                   max_users: int = 100_000, max_concurrent_runs: int = 2, timing: L2Timing = DEFAULT_TIMING,
-                   batch_size: int = 20, persona_every_n: int = 50,
-                   llm_factory: Callable[[], LLM] | None = None,
-                   lifetime: str | None = None) -> list[Any]:  # fmt: skip
+def build_curators(
+    n: int,
+    data_dir: str | Path,
+    namespace: str,
+    *,
+    tick_seconds: float = 5.0,
+    max_users: int = 100_000,
+    max_concurrent_runs: int = 2,
+    timing: L2Timing = DEFAULT_TIMING,
+    batch_size: int = 20,
+    persona_every_n: int = 50,
+    llm_factory: Callable[[], LLM] | None = None,
+    lifetime: str | None = None,
+) -> list[Any]:
     """Create (or find) the ``n`` named curator actors, wait until each is up and its tick loop runs.
 
     ``lifetime="detached"`` (the cluster shape) keeps them alive after the creating process ends."""
     remote = ray.remote(UserCurator)
     root = str(Path(data_dir).resolve())
     handles = [
-        remote.options(name=curator_name(i), namespace=namespace, get_if_exists=True, num_cpus=0,
-                       lifetime=lifetime, max_restarts=-1, max_task_retries=3).remote(
-            i, n, root, tick_seconds=tick_seconds, max_users=max_users, max_concurrent_runs=max_concurrent_runs,
-            timing=timing, batch_size=batch_size, persona_every_n=persona_every_n, llm_factory=llm_factory)
+        remote.options(
+            name=curator_name(i),
+            namespace=namespace,
+            get_if_exists=True,
+            num_cpus=0,
+            lifetime=lifetime,
+            max_restarts=-1,
+            max_task_retries=3,
+        ).remote(
+            i,
+            n,
+            root,
+            tick_seconds=tick_seconds,
+            max_users=max_users,
+            max_concurrent_runs=max_concurrent_runs,
+            timing=timing,
+            batch_size=batch_size,
+            persona_every_n=persona_every_n,
+            llm_factory=llm_factory,
+        )
         for i in range(n)
-    ]  # fmt: skip
+    ]
     ray.get([h.start.remote() for h in handles])
     log.info("%d user curators ready", n)
     return handles

@@ -45,13 +45,18 @@ class ShardMetrics:
     def __init__(self, shard: int) -> None:
         self._tags = {"shard": str(shard)}
         keys = ("shard",)
-        self._loaded = Counter("mnemoflow_shard_sessions_loaded", "Session states loaded from their files",
-                               tag_keys=keys)  # fmt: skip
-        self._evicted = Counter("mnemoflow_shard_sessions_evicted", "Session states dropped from memory, by why",
-                                tag_keys=("shard", "reason"))  # fmt: skip
+        self._loaded = Counter(
+            "mnemoflow_shard_sessions_loaded", "Session states loaded from their files", tag_keys=keys
+        )
+        self._evicted = Counter(
+            "mnemoflow_shard_sessions_evicted",
+            "Session states dropped from memory, by why",
+            tag_keys=("shard", "reason"),
+        )
         self._in_memory = Gauge("mnemoflow_shard_sessions_in_memory", "Session states held", tag_keys=keys)
-        self._compaction = Histogram("mnemoflow_shard_compaction_seconds", "One compaction turn",
-                                     boundaries=LATENCY_BOUNDARIES_S, tag_keys=keys)  # fmt: skip
+        self._compaction = Histogram(
+            "mnemoflow_shard_compaction_seconds", "One compaction turn", boundaries=LATENCY_BOUNDARIES_S, tag_keys=keys
+        )
 
     def loaded(self) -> None:
         self._loaded.inc(tags=self._tags)
@@ -70,14 +75,19 @@ class ExtractorMetrics:
     def __init__(self) -> None:
         self._runs = Counter("mnemoflow_l1_runs", "L1 passes run by the extractor, by result", tag_keys=("result",))
         self._running = Gauge("mnemoflow_l1_running", "L1 passes in flight in this replica")
-        self._atoms = Counter("mnemoflow_l1_atoms", "Atoms of L1 passes by what dedup did with them",
-                              tag_keys=("action",))  # fmt: skip
-        self._gate = Counter("mnemoflow_l1_dedup_decisions",
-                             "Dedup decisions per atom: the similarity gate's skip or store, else the judge's or the "
-                             "extraction reply's",
-                             tag_keys=("decision",))  # fmt: skip
-        self._rows = Gauge("mnemoflow_index_rows", "Atoms in the index, per tenant, after the last pass or operation",
-                           tag_keys=("tenant",))  # fmt: skip
+        self._atoms = Counter(
+            "mnemoflow_l1_atoms", "Atoms of L1 passes by what dedup did with them", tag_keys=("action",)
+        )
+        self._gate = Counter(
+            "mnemoflow_l1_dedup_decisions",
+            "Dedup decisions per atom: the similarity gate's skip or store, else the judge's or the extraction reply's",
+            tag_keys=("decision",),
+        )
+        self._rows = Gauge(
+            "mnemoflow_index_rows",
+            "Atoms in the index, per tenant, after the last pass or operation",
+            tag_keys=("tenant",),
+        )
         self._seen = DedupStats()
 
     def running(self, runs: int) -> None:
@@ -106,8 +116,12 @@ class LLMMetrics:
         keys = ("stage", "engine")
         self._calls = Counter("mnemoflow_llm_calls", "Model calls by result", tag_keys=(*keys, "result"))
         self._tokens = Counter("mnemoflow_llm_tokens", "Prompt and completion tokens", tag_keys=(*keys, "kind"))
-        self._latency = Histogram("mnemoflow_llm_latency_seconds", "One call, its validation retry included",
-                                  boundaries=LATENCY_BOUNDARIES_S, tag_keys=keys)  # fmt: skip
+        self._latency = Histogram(
+            "mnemoflow_llm_latency_seconds",
+            "One call, its validation retry included",
+            boundaries=LATENCY_BOUNDARIES_S,
+            tag_keys=keys,
+        )
 
     def record(self, call: CallRecord) -> None:
         tags = {"stage": call.stage, "engine": self._engine}
@@ -124,8 +138,12 @@ class TimedIndex:
     def __init__(self, index: Any) -> None:
         self._index = index
         self._store = type(index).__name__
-        self._latency = Histogram("mnemoflow_index_search_seconds", "One search of the atom index",
-                                  boundaries=LATENCY_BOUNDARIES_S, tag_keys=("store", "method"))  # fmt: skip
+        self._latency = Histogram(
+            "mnemoflow_index_search_seconds",
+            "One search of the atom index",
+            boundaries=LATENCY_BOUNDARIES_S,
+            tag_keys=("store", "method"),
+        )
 
     def _timed(self, method: str, *args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()

@@ -94,6 +94,10 @@ def connect_shards(settings: Settings) -> ShardClient:
     """Join the Ray cluster at ``settings.ray_address`` (idempotent) and return a client for its shards."""
     if not ray.is_initialized():
         # log_to_driver=False: the worker's log is its own, not a copy of every Ray process's output
-        ray.init(address=settings.ray_address, namespace=settings.ray_namespace, logging_level=logging.WARNING,
-                 log_to_driver=False)  # fmt: skip
+        ray.init(
+            address=settings.ray_address,
+            namespace=settings.ray_namespace,
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+        )
     return ShardClient(settings)

@@ -99,9 +99,13 @@ class SessionShard:
         if self._tracing is None or not traceparents:
             return await self._sync(updates)
         parent, *others = traceparents
-        with self._tracing.span("mnemoflow.shard.sync", from_traceparent(parent), {"mnemoflow.shard": self.index,
-                                "mnemoflow.offload.sessions": len(updates)}, SpanKind.SERVER,
-                                links_to(others)) as span:  # fmt: skip
+        with self._tracing.span(
+            "mnemoflow.shard.sync",
+            from_traceparent(parent),
+            {"mnemoflow.shard": self.index, "mnemoflow.offload.sessions": len(updates)},
+            SpanKind.SERVER,
+            links_to(others),
+        ) as span:
             changed = await self._sync(updates)
             span.set_attribute("mnemoflow.shard.changed", changed)
             return changed

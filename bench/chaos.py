@@ -80,12 +80,29 @@ from mnemoflow.sharding import shard_for  # noqa: E402
 
 EVAL = ROOT.parent / "shared" / "eval"
 MAX_REQUEST_CHARS = 400_000  # of content per request: escaped JSON stays under the 1 MiB body limit
-SCHEDULE = ["worker_sigkill", "shard_sigkill", "extractor_sigkill", "worker_sigkill", "worker_sigstop",
-            "broker_sigkill", "worker_sigkill"]  # fmt: skip
-PROBE = {"worker_sigkill": "turn", "worker_sigstop": "turn", "broker_sigkill": "turn", "shard_sigkill": "shard",
-         "extractor_sigkill": "l1"}  # fmt: skip
-PART = {"worker_sigkill": "worker", "worker_sigstop": "worker", "broker_sigkill": "broker",
-        "shard_sigkill": "shard", "extractor_sigkill": "extractor"}  # fmt: skip
+SCHEDULE = [
+    "worker_sigkill",
+    "shard_sigkill",
+    "extractor_sigkill",
+    "worker_sigkill",
+    "worker_sigstop",
+    "broker_sigkill",
+    "worker_sigkill",
+]
+PROBE = {
+    "worker_sigkill": "turn",
+    "worker_sigstop": "turn",
+    "broker_sigkill": "turn",
+    "shard_sigkill": "shard",
+    "extractor_sigkill": "l1",
+}
+PART = {
+    "worker_sigkill": "worker",
+    "worker_sigstop": "worker",
+    "broker_sigkill": "broker",
+    "shard_sigkill": "shard",
+    "extractor_sigkill": "extractor",
+}
 PROBE_SESSIONS = ("chaos-probe",)  # probes are sent concurrently: no order to check
 WINDOW_PAD_S = 2.0  # events acknowledged this long before a fault or after its recovery count for it
 COMPACT_WINDOW = 24_000
@@ -126,8 +143,10 @@ def load_sources(profile: Profile) -> list[Source]:
     locomo = json.loads((EVAL / "locomo" / "locomo-dev.json").read_text())[: profile.locomo]
     start = datetime(2025, 1, 1, tzinfo=UTC)
     trajs = []
-    for folder, user, n in (("openhands_swebench_verified", "agent-openhands", profile.openhands),
-                            ("tau_bench_airline", "agent-tau", profile.tau)):  # fmt: skip
+    for folder, user, n in (
+        ("openhands_swebench_verified", "agent-openhands", profile.openhands),
+        ("tau_bench_airline", "agent-tau", profile.tau),
+    ):
         records = load_trajectory_records(str(EVAL / "trajectories" / folder))
         if n < len(records):  # the smallest first: a quick run should not spend its time on one huge run
             records = sorted(records, key=lambda r: sum(len(m.get("content") or "") for m in r["messages"]))[:n]
@@ -137,8 +156,11 @@ def load_sources(profile: Profile) -> list[Source]:
             asked = {m["tool_call_id"] for m in rec["messages"] if m["role"] == "tool"}
             session = replay.items[0].session if replay.items else None
             # Compaction needs the chat's tool-call ids to be the stored ones (replay renames a few unsafe ids).
-            messages = rec["messages"] if sent == asked and len(asked) == sum(
-                m["role"] == "tool" for m in rec["messages"]) else None  # fmt: skip
+            messages = (
+                rec["messages"]
+                if sent == asked and len(asked) == sum(m["role"] == "tool" for m in rec["messages"])
+                else None
+            )
             trajs.append(Source(replay.name, replay.items, messages, session))
     convs = [Source(r.name, r.items) for r in map(from_locomo, locomo)]
     # Interleaved, so that the first agents start on a conversation and on trajectories of both kinds at once.
@@ -192,8 +214,13 @@ def body_of(items: list[TurnIn | ToolResultIn]) -> tuple[str, dict[str, Any]]:
     return "/v1/tool-results", {"results": [i.model_dump(mode="json", exclude_none=True) for i in items]}
 
 
-def submit(client: httpx.Client, items: list[TurnIn | ToolResultIn], ledger: Ledger, give_up: threading.Event,
-           once: bool = False) -> bool:  # fmt: skip
+def submit(
+    client: httpx.Client,
+    items: list[TurnIn | ToolResultIn],
+    ledger: Ledger,
+    give_up: threading.Event,
+    once: bool = False,
+) -> bool:
     """POST until a 202 (then record the acks), as a client of an idempotent API would; False if refused or
     abandoned (``give_up`` set, or ``once``)."""
     url, body = body_of(items)
@@ -225,8 +252,16 @@ class Feeder:
     events/s. When the data runs out it goes through it again under new ids. A finished trajectory goes to the
     compactor."""
 
-    def __init__(self, client: httpx.Client, sources: list[Source], rate: float, ledger: Ledger,
-                 compact: queue.Queue[Source | None], agents: int = 4, size: int = 20) -> None:  # fmt: skip
+    def __init__(
+        self,
+        client: httpx.Client,
+        sources: list[Source],
+        rate: float,
+        ledger: Ledger,
+        compact: queue.Queue[Source | None],
+        agents: int = 4,
+        size: int = 20,
+    ) -> None:
         self.client, self.sources, self.rate, self.ledger, self.compact = client, sources, rate, ledger, compact
         self.size = size
         self.stop = threading.Event()  # finish the batch in hand, then stop
@@ -308,8 +343,9 @@ class Compactor(threading.Thread):
                 time.sleep(0.5)
             for attempt in range(6):
                 try:
-                    r = self.client.post(f"/v1/sessions/{src.session}/compact",
-                                         json={"messages": src.messages, "window": COMPACT_WINDOW})  # fmt: skip
+                    r = self.client.post(
+                        f"/v1/sessions/{src.session}/compact", json={"messages": src.messages, "window": COMPACT_WINDOW}
+                    )
                 except httpx.TransportError as exc:
                     status, text = 0, type(exc).__name__
                 else:
@@ -373,12 +409,28 @@ class Prober:
         self.k += 1
         k, now = self.k, datetime.now(UTC)
         if kind == "turn":
-            return f"probe-{k}", [TurnIn(message_id=f"probe-{k}", user="chaos-probe", session="chaos-probe",
-                                         role="assistant", content=f"probe {k}", ts=now)]  # fmt: skip
+            return f"probe-{k}", [
+                TurnIn(
+                    message_id=f"probe-{k}",
+                    user="chaos-probe",
+                    session="chaos-probe",
+                    role="assistant",
+                    content=f"probe {k}",
+                    ts=now,
+                )
+            ]
         if kind == "shard":
-            return f"pt-{k}", [ToolResultIn(tool_call_id=f"pt-{k}-{s}", session=s, user="chaos-probe",
-                                            tool_name="probe", content=f"probe {k}\n", ts=now)
-                               for s in self.shard_sessions]  # fmt: skip
+            return f"pt-{k}", [
+                ToolResultIn(
+                    tool_call_id=f"pt-{k}-{s}",
+                    session=s,
+                    user="chaos-probe",
+                    tool_name="probe",
+                    content=f"probe {k}\n",
+                    ts=now,
+                )
+                for s in self.shard_sessions
+            ]
         return f"chaos-l1probe-{k}", [
             TurnIn(
                 message_id=f"l1probe-{k}",
@@ -543,15 +595,23 @@ def l1_consistency(client: httpx.Client, data: Path, ledger: Ledger, timeout: fl
     added = second["ids"] - first["ids"]
     return {
         "users": len(users),
-        "settled_first": first_ok, "settle_first_s": round(first_s, 1),
-        "settled_second": second_ok, "settle_second_s": round(second_s, 1),
-        "atoms_before": first["atoms"], "atoms_after": second["atoms"], "added_by_second_pass": len(added),
-        "live_before": first["live"], "live_after": second["live"],
-        "index_rows_before": first["index_rows"], "index_rows_after": second["index_rows"],
-        "unextracted_user_turns": second["unextracted_user_turns"], "pending_turns": second["pending"],
-        "orphan_atoms": second["orphan_atoms"], "session_end_failures": failed,
+        "settled_first": first_ok,
+        "settle_first_s": round(first_s, 1),
+        "settled_second": second_ok,
+        "settle_second_s": round(second_s, 1),
+        "atoms_before": first["atoms"],
+        "atoms_after": second["atoms"],
+        "added_by_second_pass": len(added),
+        "live_before": first["live"],
+        "live_after": second["live"],
+        "index_rows_before": first["index_rows"],
+        "index_rows_after": second["index_rows"],
+        "unextracted_user_turns": second["unextracted_user_turns"],
+        "pending_turns": second["pending"],
+        "orphan_atoms": second["orphan_atoms"],
+        "session_end_failures": failed,
         "consistent": not added and second["live"] == first["live"] and second_ok,
-    }  # fmt: skip
+    }
 
 
 # ---------------------------------------------------------------------------------------------- canvases
@@ -571,17 +631,19 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     port = free_port()
     key = secrets.token_urlsafe(24)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOFLOW_")}
-    env.update({
-        "MNEMOFLOW_CONFIG": str(root / "none.toml"),
-        "MNEMOFLOW_WORKER_SESSION_TIMEOUT": str(SESSION_TIMEOUT_S),
-        "MNEMOFLOW_L1_TICK_SECONDS": "1",
-        "MNEMOFLOW_CURATOR_TICK_SECONDS": "2",
-        "MNEMOFLOW_L2_DELAY_AFTER_L1_SECONDS": "2",
-        "MNEMOFLOW_L2_MIN_INTERVAL_SECONDS": "30",
-        "MNEMOFLOW_MAX_BODY_BYTES": str(8 << 20),
-        # A key of our own (a documented way to configure one) rather than the generated <data_dir>/api-key.
-        "MNEMOFLOW_API_KEYS": json.dumps({TENANT: key}),
-    })  # fmt: skip
+    env.update(
+        {
+            "MNEMOFLOW_CONFIG": str(root / "none.toml"),
+            "MNEMOFLOW_WORKER_SESSION_TIMEOUT": str(SESSION_TIMEOUT_S),
+            "MNEMOFLOW_L1_TICK_SECONDS": "1",
+            "MNEMOFLOW_CURATOR_TICK_SECONDS": "2",
+            "MNEMOFLOW_L2_DELAY_AFTER_L1_SECONDS": "2",
+            "MNEMOFLOW_L2_MIN_INTERVAL_SECONDS": "30",
+            "MNEMOFLOW_MAX_BODY_BYTES": str(8 << 20),
+            # A key of our own (a documented way to configure one) rather than the generated <data_dir>/api-key.
+            "MNEMOFLOW_API_KEYS": json.dumps({TENANT: key}),
+        }
+    )
     mnemoflow = Path(sys.executable).with_name("mnemoflow")
     cmd = [str(mnemoflow), "up", "--data-dir", str(data), "--port", str(port)]
     up = UpProcess(cmd, env, root / "up.log", root)
@@ -592,8 +654,13 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         api = up.start(timeout=240)
         result["startup_s"] = round(time.monotonic() - started, 1)
         broker = up.parts("broker")
-        result["broker"] = ("apache-kafka" if broker and "kafka.Kafka" in " ".join(broker[0].cmdline())
-                            else "tansu" if broker else "external")  # fmt: skip
+        result["broker"] = (
+            "apache-kafka"
+            if broker and "kafka.Kafka" in " ".join(broker[0].cmdline())
+            else "tansu"
+            if broker
+            else "external"
+        )
         result["parts_at_start"] = {p: len(up.parts(p)) for p in ("worker", "broker", "shard", "extractor")}
         headers = {"Authorization": f"Bearer {key}"}
         client = httpx.Client(base_url=api, headers=headers, timeout=30)
@@ -602,8 +669,9 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         work: queue.Queue[Source | None] = queue.Queue()
         feeder = Feeder(client, sources, profile.rate, ledger, work)
         compactor = Compactor(httpx.Client(base_url=api, headers=headers, timeout=120), data, work)
-        prober = Prober(httpx.Client(base_url=api, headers=headers, timeout=20), data, ledger,
-                        shards=len(up.parts("shard")) or 4)  # fmt: skip
+        prober = Prober(
+            httpx.Client(base_url=api, headers=headers, timeout=20), data, ledger, shards=len(up.parts("shard")) or 4
+        )
         threads = [health, compactor]
         for t in threads:
             t.start()
@@ -623,9 +691,11 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             inj = inject(kind, up, prober, ledger, timeout, stop_s)
             inj.health = health.degraded(inj.at, inj.end + 1)
             injections.append(inj)
-            print(f"[{ledger.now():6.1f}s] {kind}: pid {inj.pid} recovered={inj.recovered} "
-                  f"in {inj.recovery_s}s (restarted pid {inj.restarted_pid} after {inj.restart_s}s) {inj.note}",
-                  flush=True)  # fmt: skip
+            print(
+                f"[{ledger.now():6.1f}s] {kind}: pid {inj.pid} recovered={inj.recovered} "
+                f"in {inj.recovery_s}s (restarted pid {inj.restarted_pid} after {inj.restart_s}s) {inj.note}",
+                flush=True,
+            )
         time.sleep(profile.gap_s)
 
         feeder.stop.set()
@@ -643,10 +713,16 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         result["l1"] = l1_consistency(client, data, ledger, timeout=90 if args.quick else 300)
         result["canvases"] = check_canvases(data)
         result["shard_state"] = check_shard_states(client, data)
-        result["compaction"] = {"ok": compactor.stats.ok, "failed": compactor.stats.failed[:10],
-                                "removed_tool_outputs": compactor.stats.removed}  # fmt: skip
-        result["client"] = {"retries": dict(ledger.retries), "rejected": ledger.rejected[:10],
-                            "agent_errors": feeder.errors[:5]}  # fmt: skip
+        result["compaction"] = {
+            "ok": compactor.stats.ok,
+            "failed": compactor.stats.failed[:10],
+            "removed_tool_outputs": compactor.stats.removed,
+        }
+        result["client"] = {
+            "retries": dict(ledger.retries),
+            "rejected": ledger.rejected[:10],
+            "agent_errors": feeder.errors[:5],
+        }
         result["up_alive_before_stop"] = up.alive()
         result["parts_before_stop"] = {p: len(up.parts(p)) for p in ("worker", "broker", "shard", "extractor")}
         health.stop.set()
@@ -704,8 +780,19 @@ def summarise(acked: dict[Key, Acked], out: Outcome, injections: list[Injection]
     total = tally(keys, out)
     by_kind: dict[str, dict[str, Any]] = {}
     for inj in injections:
-        row = by_kind.setdefault(inj.kind, {"count": 0, "injected": 0, "recovered": 0, "acked": 0, "lost": 0,
-                                            "duplicated": 0, "mismatched": 0, "_rec": []})  # fmt: skip
+        row = by_kind.setdefault(
+            inj.kind,
+            {
+                "count": 0,
+                "injected": 0,
+                "recovered": 0,
+                "acked": 0,
+                "lost": 0,
+                "duplicated": 0,
+                "mismatched": 0,
+                "_rec": [],
+            },
+        )
         row["count"] += 1
         if inj.pid is None:
             continue
@@ -732,7 +819,7 @@ def summarise(acked: dict[Key, Acked], out: Outcome, injections: list[Injection]
         "by_fault": by_kind,
         "injections": [
             {k: v for k, v in vars(i).items()} | {"at": round(i.at, 2), "end": round(i.end, 2)} for i in injections
-        ],  # fmt: skip
+        ],
         "checks": out.details,
         "lost_examples": [list(k) for k in keys if out.occurrences[k] == 0][:10],
         "duplicated_examples": [list(k) for k in keys if out.occurrences[k] > 1][:10],
@@ -745,30 +832,57 @@ def report(result: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console(width=max(Console().width, 130))
-    table = Table(title=f"chaos ({'quick' if result['quick'] else 'full'}, broker {result.get('broker')}, "
-                        f"{result.get('events_acked', 0)} events acked, {result['cpus']} cores)")  # fmt: skip
+    table = Table(
+        title=f"chaos ({'quick' if result['quick'] else 'full'}, broker {result.get('broker')}, "
+        f"{result.get('events_acked', 0)} events acked, {result['cpus']} cores)"
+    )
     for col in ("fault", "count", "recovered", "acked in window", "lost", "duplicated", "recovery p50 / max (s)"):
         table.add_column(col)
     for kind, row in result.get("by_fault", {}).items():
         rec = row["recovery_s"]
-        table.add_row(kind, str(row["injected"]), f"{row['recovered']}/{row['injected']}", str(row["acked"]),
-                      str(row["lost"]), str(row["duplicated"]), f"{rec['p50']} / {rec['max']}")  # fmt: skip
+        table.add_row(
+            kind,
+            str(row["injected"]),
+            f"{row['recovered']}/{row['injected']}",
+            str(row["acked"]),
+            str(row["lost"]),
+            str(row["duplicated"]),
+            f"{rec['p50']} / {rec['max']}",
+        )
     rec = result.get("recovery_s", {})
-    table.add_row("all events", "", "", str(result.get("events_acked")), str(result.get("lost")),
-                  str(result.get("duplicated")), f"{rec.get('p50')} / {rec.get('max')}", style="bold")  # fmt: skip
+    table.add_row(
+        "all events",
+        "",
+        "",
+        str(result.get("events_acked")),
+        str(result.get("lost")),
+        str(result.get("duplicated")),
+        f"{rec.get('p50')} / {rec.get('max')}",
+        style="bold",
+    )
     console.print(table)
     l1, canv, stop = result.get("l1", {}), result.get("canvases", {}), result.get("stop", {})
     checks = Table(title="after quiescence", show_header=False)
-    checks.add_row("refs byte-exact / content equal", f"mismatched {result.get('mismatched')}, "
-                   f"refs not exact {result.get('checks', {}).get('refs_not_byte_exact')}")  # fmt: skip
-    checks.add_row("L1 second pass", f"atoms {l1.get('atoms_before')} → {l1.get('atoms_after')} "
-                   f"(added {l1.get('added_by_second_pass')}), settled {l1.get('settled_second')}, "
-                   f"unextracted user turns {l1.get('unextracted_user_turns')}")  # fmt: skip
+    checks.add_row(
+        "refs byte-exact / content equal",
+        f"mismatched {result.get('mismatched')}, refs not exact {result.get('checks', {}).get('refs_not_byte_exact')}",
+    )
+    checks.add_row(
+        "L1 second pass",
+        f"atoms {l1.get('atoms_before')} → {l1.get('atoms_after')} "
+        f"(added {l1.get('added_by_second_pass')}), settled {l1.get('settled_second')}, "
+        f"unextracted user turns {l1.get('unextracted_user_turns')}",
+    )
     checks.add_row("canvases valid", f"{canv.get('valid')}/{canv.get('count')} ({canv.get('checker')})")
-    checks.add_row("shard state = offload log", f"{result.get('shard_state', {}).get('disagree_count')} disagree "
-                   f"of {result.get('shard_state', {}).get('sessions')}")  # fmt: skip
-    checks.add_row("SIGTERM stop", f"exit {stop.get('exit_code')} in {stop.get('stop_s')}s, "
-                   f"left running {len(stop.get('leftover', []))}")  # fmt: skip
+    checks.add_row(
+        "shard state = offload log",
+        f"{result.get('shard_state', {}).get('disagree_count')} disagree "
+        f"of {result.get('shard_state', {}).get('sessions')}",
+    )
+    checks.add_row(
+        "SIGTERM stop",
+        f"exit {stop.get('exit_code')} in {stop.get('stop_s')}s, left running {len(stop.get('leftover', []))}",
+    )
     checks.add_row("wall time", f"{result.get('seconds')}s (startup {result.get('startup_s')}s)")
     console.print(checks)
     missed = [name for name, ok in result.get("targets", {}).items() if not ok]

@@ -185,8 +185,16 @@ def l1_snapshot(data: Path, users: list[str]) -> dict[str, Any]:
                 orphans += not set(r.source_message_ids) <= l0_ids
         pending += state.pending
         running += state.running
-    return {"ids": ids, "atoms": len(ids), "live": live, "pending": pending, "running": running,
-            "unextracted_user_turns": unextracted, "orphan_atoms": orphans, "index_rows": index_rows(data)}  # fmt: skip
+    return {
+        "ids": ids,
+        "atoms": len(ids),
+        "live": live,
+        "pending": pending,
+        "running": running,
+        "unextracted_user_turns": unextracted,
+        "orphan_atoms": orphans,
+        "index_rows": index_rows(data),
+    }
 
 
 def index_rows(data: Path) -> int | None:
@@ -234,8 +242,11 @@ def check_canvases(data: Path) -> dict[str, Any]:
         results = [{"ok": not validate_mermaid(t), "error": "; ".join(validate_mermaid(t))} for t in texts]
         out["checker"] = f"mnemoflow validate_mermaid (official parser unavailable: {str(exc)[:120]})"
     out["valid"] = sum(bool(r["ok"]) for r in results)
-    out["invalid"] = [{"path": str(p.relative_to(data)), "error": r["error"]}
-                      for p, r in zip(paths, results, strict=True) if not r["ok"]][:10]  # fmt: skip
+    out["invalid"] = [
+        {"path": str(p.relative_to(data)), "error": r["error"]}
+        for p, r in zip(paths, results, strict=True)
+        if not r["ok"]
+    ][:10]
     return out
 
 
@@ -255,8 +266,20 @@ def check_shard_states(client: httpx.Client, data: Path) -> dict[str, Any]:
     return {"sessions": len(logs), "disagree": wrong[:10], "disagree_count": len(wrong)}
 
 
-NOTEWORTHY = ("supervisor", "restart", "exited", "died", "unhealthy", "parked", "giving up", "session expired",
-              "stopping", "stopped", "traceback", "received")  # fmt: skip
+NOTEWORTHY = (
+    "supervisor",
+    "restart",
+    "exited",
+    "died",
+    "unhealthy",
+    "parked",
+    "giving up",
+    "session expired",
+    "stopping",
+    "stopped",
+    "traceback",
+    "received",
+)
 ROUTINE = ("unable connect", "failed fetch", "update metadata", "notready", "connection at", "mnemoflow_api")
 
 
@@ -266,8 +289,11 @@ def log_evidence(root: Path, data: Path, limit: int = 30) -> dict[str, list[str]
     for path in [root / "up.log", *sorted((data / "logs").glob("*.log"))]:
         if not path.exists() or path.stat().st_size > 200 << 20:
             continue
-        lines = [ln.strip()[:300] for ln in path.read_text(errors="replace").splitlines()
-                 if any(w in ln.lower() for w in NOTEWORTHY) and not any(w in ln.lower() for w in ROUTINE)]  # fmt: skip
+        lines = [
+            ln.strip()[:300]
+            for ln in path.read_text(errors="replace").splitlines()
+            if any(w in ln.lower() for w in NOTEWORTHY) and not any(w in ln.lower() for w in ROUTINE)
+        ]
         if lines:
             out[path.name] = lines[:limit] + ([f"... {len(lines) - limit} more"] if len(lines) > limit else [])
     return out

@@ -148,8 +148,13 @@ class UpProcess:
                 left.append({"pid": p.pid, "cmd": " ".join(p.cmdline())[:160]})
             except psutil.Error:
                 continue
-        return {"exit_code": code, "stop_s": round(took, 1), "timed_out": code is None, "leftover": left,
-                "said_stopped_cleanly": "stopped cleanly" in self.output()}  # fmt: skip
+        return {
+            "exit_code": code,
+            "stop_s": round(took, 1),
+            "timed_out": code is None,
+            "leftover": left,
+            "said_stopped_cleanly": "stopped cleanly" in self.output(),
+        }
 
     def sweep(self) -> int:
         """SIGCONT then SIGKILL everything of this stack that is still running (the process group included)."""

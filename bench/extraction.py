@@ -44,10 +44,17 @@ def _seed(data_dir: Path, users: int) -> None:
     texts = _texts(users * 10)
     t0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
     events = [
-        TurnEvent(tenant="bench", message_id=f"u{i // 10}-m{i % 10}", user=f"u{i // 10}", session="s",
-                  role="user" if i % 2 == 0 else "assistant", content=text, ts=t0 + timedelta(seconds=i))
+        TurnEvent(
+            tenant="bench",
+            message_id=f"u{i // 10}-m{i % 10}",
+            user=f"u{i // 10}",
+            session="s",
+            role="user" if i % 2 == 0 else "assistant",
+            content=text,
+            ts=t0 + timedelta(seconds=i),
+        )
         for i, text in enumerate(texts)
-    ]  # fmt: skip
+    ]
     L0Writer(LocalFileStore(data_dir)).write(events)
 
 
@@ -59,8 +66,10 @@ def _stub_app() -> Any:
     @app.post("/v1/chat/completions")
     async def complete(body: dict[str, Any]) -> dict[str, Any]:
         await asyncio.sleep(LATENCY_S)
-        return {"choices": [{"message": {"role": "assistant", "content": '{"scenes": []}'}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 500, "completion_tokens": 5}}  # fmt: skip
+        return {
+            "choices": [{"message": {"role": "assistant", "content": '{"scenes": []}'}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 500, "completion_tokens": 5},
+        }
 
     return app
 

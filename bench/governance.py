@@ -73,18 +73,24 @@ class Site:
         (root / "index").mkdir(parents=True, exist_ok=True)
         self.index = str(root / "index" / "atoms.sqlite")
         self.store = SqliteVectorStore.open(self.index, dim=embedder.dim, embedding_model=embedder.model_id)
-        self.pipeline = L1Pipeline(files=self.files, store=self.store, embedder=embedder,
-                                   extractor=HeuristicExtractor(), judge=HeuristicJudge(), clock=SystemClock())
+        self.pipeline = L1Pipeline(
+            files=self.files,
+            store=self.store,
+            embedder=embedder,
+            extractor=HeuristicExtractor(),
+            judge=HeuristicJudge(),
+            clock=SystemClock(),
+        )
 
     def top10(self, tenant: str, user: str, questions: list[str]) -> list[list[str]]:
         vectors = self.embedder.embed_query(questions)
-        return [[h.id for h in self.store.search(tenant, user, q, v, 10)] for q, v in zip(questions, vectors,
-                                                                                             strict=True)]
+        return [
+            [h.id for h in self.store.search(tenant, user, q, v, 10)] for q, v in zip(questions, vectors, strict=True)
+        ]
 
     def reopen(self) -> None:
         self.store.close()
-        self.store = SqliteVectorStore.open(self.index, dim=self.embedder.dim,
-                                            embedding_model=self.embedder.model_id)  # fmt: skip
+        self.store = SqliteVectorStore.open(self.index, dim=self.embedder.dim, embedding_model=self.embedder.model_id)
 
 
 def agreement(a: list[list[str]], b: list[list[str]]) -> float:
@@ -132,12 +138,33 @@ def write_big_user(site: Site, samples: list[dict[str, Any]], atoms: int, days: 
         day_ts = T0 + timedelta(days=d)
         n = range(d * per_day, min(atoms, (d + 1) * per_day))
         said = [(i, f"{next(source)} [{marker(i)}]") for i in n]
-        L0Writer(site.files).write([TurnEvent(tenant=TENANT, message_id=f"big-m{i}", user=BIG, session=f"big-s{d}",
-                                              role="user", content=text, ts=day_ts + timedelta(seconds=k))
-                                    for k, (i, text) in enumerate(said)])  # fmt: skip
-        records = [L1Record(id=f"a_big{i:06d}", content=text[:2000], type=("persona", "episodic", "instruction")[i % 3],
-                            priority=i % 100, source_message_ids=[f"big-m{i}"], timestamps=[day_ts], created=day_ts,
-                            updated=day_ts) for i, text in said]  # fmt: skip
+        L0Writer(site.files).write(
+            [
+                TurnEvent(
+                    tenant=TENANT,
+                    message_id=f"big-m{i}",
+                    user=BIG,
+                    session=f"big-s{d}",
+                    role="user",
+                    content=text,
+                    ts=day_ts + timedelta(seconds=k),
+                )
+                for k, (i, text) in enumerate(said)
+            ]
+        )
+        records = [
+            L1Record(
+                id=f"a_big{i:06d}",
+                content=text[:2000],
+                type=("persona", "episodic", "instruction")[i % 3],
+                priority=i % 100,
+                source_message_ids=[f"big-m{i}"],
+                timestamps=[day_ts],
+                created=day_ts,
+                updated=day_ts,
+            )
+            for i, text in said
+        ]
         log.append(records, [], day_ts)
 
 
@@ -165,8 +192,7 @@ def run(atoms: int, days: int, embedder_name: str, workdir: Path) -> dict[str, A
     samples = locomo()
     sample = samples[0]
     questions = [q["question"] for q in sample["qa"]]
-    out: dict[str, Any] = {"atoms": atoms, "l0_days": days, "embedder": embedder.model_id,
-                           "questions": len(questions)}  # fmt: skip
+    out: dict[str, Any] = {"atoms": atoms, "l0_days": days, "embedder": embedder.model_id, "questions": len(questions)}
 
     site = Site(workdir / "a", embedder)
     users = ingest_locomo(site, sample)
@@ -215,18 +241,26 @@ def run(atoms: int, days: int, embedder_name: str, workdir: Path) -> dict[str, A
     out["import_atoms_per_s"] = result["atoms_indexed"] / (time.perf_counter() - start)
 
     others_before = {u: snapshot(site, u) for u in users}
-    applier = OperationApplier.over(files=site.files, store=site.store, embedder=embedder, clock=SystemClock(),
-                                    pipeline=site.pipeline, scrub=lambda: scrub_sqlite_index(site.index))
-    event = OperationEvent(tenant=TENANT, operation_id="bench-erase", op=EraseUser(user=BIG),
-                           submitted_at=datetime.now(UTC))  # fmt: skip
+    applier = OperationApplier.over(
+        files=site.files,
+        store=site.store,
+        embedder=embedder,
+        clock=SystemClock(),
+        pipeline=site.pipeline,
+        scrub=lambda: scrub_sqlite_index(site.index),
+    )
+    event = OperationEvent(
+        tenant=TENANT, operation_id="bench-erase", op=EraseUser(user=BIG), submitted_at=datetime.now(UTC)
+    )
     start = time.perf_counter()
     reply = asyncio.run(applier.apply(event))
     out["erase_s"] = time.perf_counter() - start
     assert reply.ok, reply.error
     out["erase_result"] = reply.result
     sampled = [marker(i).encode() for i in random.Random(7).sample(range(atoms), min(atoms, 500))]
-    out["residue_bytes_after_erase"], out["residue_files"] = residue(workdir / "a", sampled,
-                                                                     workdir / "a" / TENANT / "users" / BIG)
+    out["residue_bytes_after_erase"], out["residue_files"] = residue(
+        workdir / "a", sampled, workdir / "a" / TENANT / "users" / BIG
+    )
     out["others_untouched"] = {u: snapshot(site, u) == others_before[u] for u in users}
     for s in (site, fresh, target):
         s.store.close()
@@ -237,8 +271,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--atoms", type=int, default=10_000)
     parser.add_argument("--days", type=int, default=100)
-    parser.add_argument("--embedder", default="minilm", choices=["minilm", "e5", "hashing"],
-                        help="minilm: the figures in the README; e5 is the stack's default (about 8x the cost)")
+    parser.add_argument(
+        "--embedder",
+        default="minilm",
+        choices=["minilm", "e5", "hashing"],
+        help="minilm: the figures in the README; e5 is the stack's default (about 8x the cost)",
+    )
     parser.add_argument("--quick", action="store_true", help="500 atoms, 10 days, hashing embedder")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -249,18 +287,25 @@ def main() -> None:
         result = run(args.atoms, args.days, args.embedder, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    result["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                         "load_average_1m_at_end": os.getloadavg()[0]}  # fmt: skip
+    result["machine"] = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "load_average_1m_at_end": os.getloadavg()[0],
+    }
     result["measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    rows = [("erase_s", f"{result['erase_s']:.2f}"), ("export atoms/s", f"{result['export_atoms_per_s']:.0f}"),
-            ("import atoms/s", f"{result['import_atoms_per_s']:.0f}"),
-            ("reindex atoms/s", f"{result['reindex_atoms_per_s']:.0f}"),
-            ("agreement import", f"{result['recall_agreement']['import']:.3f}"),
-            ("agreement reindex", f"{result['recall_agreement']['reindex']:.3f}"),
-            ("residue bytes", str(result["residue_bytes_after_erase"])),
-            ("others untouched", str(all(result["others_untouched"].values())))]  # fmt: skip
+    rows = [
+        ("erase_s", f"{result['erase_s']:.2f}"),
+        ("export atoms/s", f"{result['export_atoms_per_s']:.0f}"),
+        ("import atoms/s", f"{result['import_atoms_per_s']:.0f}"),
+        ("reindex atoms/s", f"{result['reindex_atoms_per_s']:.0f}"),
+        ("agreement import", f"{result['recall_agreement']['import']:.3f}"),
+        ("agreement reindex", f"{result['recall_agreement']['reindex']:.3f}"),
+        ("residue bytes", str(result["residue_bytes_after_erase"])),
+        ("others untouched", str(all(result["others_untouched"].values()))),
+    ]
     for name, value in rows:
         print(f"{name:<20} {value:>12}")
     print(f"wrote {args.out}")

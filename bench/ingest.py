@@ -112,7 +112,7 @@ def events(n: int, tag: str) -> list[TurnEvent]:
             role="user" if i % 2 else "assistant",
             content=text,
             ts=now,
-        )  # fmt: skip
+        )
         for i in range(n)
     ]
 
@@ -157,8 +157,9 @@ def post_api(api: str, batch: list[TurnEvent], per_request: int = 500, threads: 
 def run_one(broker: str, n_kafka: int, n_api: int, measure_memory: bool, fsync: bool = True) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"mnemoflow-bench-{broker}-") as tmp:
         data_dir = Path(tmp)
-        settings = Settings(data_dir=data_dir, embedded_broker=broker, api_port=0, api_keys={"bench": KEY},
-                            fsync_files=fsync)  # fmt: skip
+        settings = Settings(
+            data_dir=data_dir, embedded_broker=broker, api_port=0, api_keys={"bench": KEY}, fsync_files=fsync
+        )
         stack = Stack(settings)
         info = stack.start()
         try:

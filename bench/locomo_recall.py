@@ -100,13 +100,17 @@ def uid(sample: str, speaker: str) -> str:
 
 
 def turn_time(turn: dict[str, Any]) -> datetime:
-    base = datetime.fromisoformat(turn["timestamp"]).replace(tzinfo=UTC) if turn["timestamp"] else datetime(
-        2020, 1, 1, tzinfo=UTC)
+    base = (
+        datetime.fromisoformat(turn["timestamp"]).replace(tzinfo=UTC)
+        if turn["timestamp"]
+        else datetime(2020, 1, 1, tzinfo=UTC)
+    )
     return base + timedelta(seconds=30 * turn["turn_index"])  # LoCoMo has per-session times only
 
 
-async def ingest(conv: dict[str, Any], files: LocalFileStore, pipeline: L1Pipeline, clock: TurnClock,
-                 counters: dict[str, int]) -> None:
+async def ingest(
+    conv: dict[str, Any], files: LocalFileStore, pipeline: L1Pipeline, clock: TurnClock, counters: dict[str, int]
+) -> None:
     """Replay one conversation into both speakers' L0, running L1 when the trigger machine decides."""
     triggers = L1Triggers()
     users = {s: uid(conv["sample_id"], s) for s in (conv["speaker_a"], conv["speaker_b"])}
@@ -134,8 +138,20 @@ async def ingest(conv: dict[str, Any], files: LocalFileStore, pipeline: L1Pipeli
         text = turn["text"] + (f" [shares a photo: {turn['blip_caption']}]" if turn.get("blip_caption") else "")
         for speaker, user in users.items():
             role = "user" if speaker == turn["speaker"] else "assistant"
-            writer.write([TurnEvent(tenant=TENANT, message_id=turn["dia_id"], user=user, session=f"s{session}",
-                                    role=role, content=text, ts=clock.t, name=turn["speaker"])])
+            writer.write(
+                [
+                    TurnEvent(
+                        tenant=TENANT,
+                        message_id=turn["dia_id"],
+                        user=user,
+                        session=f"s{session}",
+                        role=role,
+                        content=text,
+                        ts=clock.t,
+                        name=turn["speaker"],
+                    )
+                ]
+            )
         counters["turns"] += 1
         speaker_user = users[turn["speaker"]]
         states[speaker_user], d = triggers.on_turn(states[speaker_user], clock.now())
@@ -156,15 +172,28 @@ def workspace(work: Path, embedder: Embedder) -> tuple[LocalFileStore, SqliteVec
 def raw_text(turn: dict[str, Any]) -> str:
     """A raw turn as the baselines index it: named like an atom, with the photo caption LoCoMo gives."""
     return f"{turn['speaker']}: {turn['text']}" + (
-        f" [shares a photo: {turn['blip_caption']}]" if turn.get("blip_caption") else "")
+        f" [shares a photo: {turn['blip_caption']}]" if turn.get("blip_caption") else ""
+    )
 
 
 def raw_rows(conv: dict[str, Any], embedder: Embedder) -> list[AtomRow]:
     texts = [raw_text(t) for t in conv["turns"]]
     vecs = embedder.embed(texts)
-    return [AtomRow(id=t["dia_id"], tenant="raw", user=conv["sample_id"], type="episodic", priority=50,
-                    text=text or "(empty)", vector=v, created=turn_time(t), updated=turn_time(t),
-                    source_message_ids=[t["dia_id"]]) for t, text, v in zip(conv["turns"], texts, vecs, strict=True)]
+    return [
+        AtomRow(
+            id=t["dia_id"],
+            tenant="raw",
+            user=conv["sample_id"],
+            type="episodic",
+            priority=50,
+            text=text or "(empty)",
+            vector=v,
+            created=turn_time(t),
+            updated=turn_time(t),
+            source_message_ids=[t["dia_id"]],
+        )
+        for t, text, v in zip(conv["turns"], texts, vecs, strict=True)
+    ]
 
 
 def duplicate_rate(files: LocalFileStore, store: SqliteVectorStore, users: list[str], near: float) -> tuple[float, int]:
@@ -197,8 +226,9 @@ def within(items: list[tuple[str, list[str]]], budget: int) -> list[tuple[str, l
     return kept
 
 
-def evaluate(convs: list[dict[str, Any]], recaller: Recaller, raw: SqliteVectorStore,
-             embedder: Embedder) -> dict[str, Any]:
+def evaluate(
+    convs: list[dict[str, Any]], recaller: Recaller, raw: SqliteVectorStore, embedder: Embedder
+) -> dict[str, Any]:
     keys = [*(f"at_{k}" for k in KS), "budgeted"]
     hits: dict[str, dict[str, dict[int, list[int]]]] = {s: {key: {} for key in keys} for s in SYSTEMS}
     sources_per_atom: list[int] = []
@@ -214,16 +244,21 @@ def evaluate(convs: list[dict[str, Any]], recaller: Recaller, raw: SqliteVectorS
         for q, vec in zip(qa, qvecs, strict=True):
             ev = set(q["evidence"])
             ranked: dict[str, list[tuple[str, list[str]]]] = {}
-            for name, cfg in (("hybrid", RECIPES["hybrid_rrf"]), ("bm25_atoms", RECIPES["bm25"]),
-                              ("dense_atoms", RECIPES["vector"].model_copy(update={"min_vector_score": -1.0}))):
+            for name, cfg in (
+                ("hybrid", RECIPES["hybrid_rrf"]),
+                ("bm25_atoms", RECIPES["bm25"]),
+                ("dense_atoms", RECIPES["vector"].model_copy(update={"min_vector_score": -1.0})),
+            ):
                 # Deeper than k: the budgeted list may hold more short atoms than k.
                 both = [h for u in users for h in recaller.hits(TENANT, u, q["question"], vec, cfg, 3 * kmax)]
                 both.sort(key=lambda h: -h.score)
                 ranked[name] = [(h.row.text, h.row.source_message_ids) for h in both]
             sid = conv["sample_id"]
-            for name, found in (("bm25_raw", raw.bm25_search("raw", sid, q["question"], 3 * kmax)),
-                                ("dense_raw", raw.dense_search("raw", sid, vec, 3 * kmax)),
-                                ("hybrid_raw", raw.search("raw", sid, q["question"], vec, 3 * kmax))):
+            for name, found in (
+                ("bm25_raw", raw.bm25_search("raw", sid, q["question"], 3 * kmax)),
+                ("dense_raw", raw.dense_search("raw", sid, vec, 3 * kmax)),
+                ("hybrid_raw", raw.search("raw", sid, q["question"], vec, 3 * kmax)),
+            ):
                 ranked[name] = [(h.row.text, h.row.source_message_ids) for h in found]
             sources_per_atom += [len(src) for _, src in ranked["hybrid"][:kmax]]
             for s in SYSTEMS:
@@ -234,12 +269,18 @@ def evaluate(convs: list[dict[str, Any]], recaller: Recaller, raw: SqliteVectorS
     out: dict[str, Any] = {}
     for key in keys:
         name = "recall_at_10_budgeted" if key == "budgeted" else f"recall_{key}"
-        out[name] = {s: round(statistics.mean([x for c in (1, 2, 3, 4) for x in hits[s][key].get(c, [])]), 4)
-                     for s in SYSTEMS}
-        out[name]["by_category"] = {str(c): {s: round(statistics.mean(hits[s][key][c]), 4) for s in SYSTEMS}
-                                    for c in sorted(hits["hybrid"][key])}
-    out["source_turns_per_atom"] = {"hybrid": round(statistics.mean(sources_per_atom), 3) if sources_per_atom
-                                    else 0.0, "bm25_raw": 1.0, "dense_raw": 1.0}
+        out[name] = {
+            s: round(statistics.mean([x for c in (1, 2, 3, 4) for x in hits[s][key].get(c, [])]), 4) for s in SYSTEMS
+        }
+        out[name]["by_category"] = {
+            str(c): {s: round(statistics.mean(hits[s][key][c]), 4) for s in SYSTEMS}
+            for c in sorted(hits["hybrid"][key])
+        }
+    out["source_turns_per_atom"] = {
+        "hybrid": round(statistics.mean(sources_per_atom), 3) if sources_per_atom else 0.0,
+        "bm25_raw": 1.0,
+        "dense_raw": 1.0,
+    }
     out["budget"] = f"{BUDGET_TURNS} raw turns' o200k tokens (mean turn length per conversation)"
     out["query_embedding_ms"] = round(statistics.mean(query_ms), 2)
     out["questions"] = {str(c): len(v) for c, v in sorted(hits["hybrid"]["at_10"].items())}
@@ -262,8 +303,13 @@ def latency(n_atoms: int, n_users: int, queries: int, workdir: Path) -> dict[str
             ms.append((time.perf_counter() - t0) * 1000)
     store.close()
     q = np.percentile(ms, [50, 99])
-    return {"p50": round(float(q[0]), 2), "p99": round(float(q[1]), 2), "atoms": n_atoms, "users": n_users,
-            "queries": queries}
+    return {
+        "p50": round(float(q[0]), 2),
+        "p99": round(float(q[1]), 2),
+        "atoms": n_atoms,
+        "users": n_users,
+        "queries": queries,
+    }
 
 
 def main() -> None:
@@ -273,8 +319,11 @@ def main() -> None:
     ap.add_argument("--latency-atoms", type=int, default=100_000)
     ap.add_argument("--latency-users", type=int, default=1_000)
     ap.add_argument("--latency-queries", type=int, default=500)
-    ap.add_argument("--store-below", type=float,
-                    help="dedup gate: best cosine below this stores without a judgement (default: the embedder's)")
+    ap.add_argument(
+        "--store-below",
+        type=float,
+        help="dedup gate: best cosine below this stores without a judgement (default: the embedder's)",
+    )
     ap.add_argument("--data", help="conversations in LoCoMo's format (default: the eval set's locomo-dev.json)")
     ap.add_argument("--embedder", choices=["e5", "minilm"], default=Settings().embedder)
     ap.add_argument("--no-latency", action="store_true", help="skip the 10^5-atom latency run")
@@ -282,8 +331,11 @@ def main() -> None:
     args = ap.parse_args()
     loaders = load_module(Path(args.eval_dir) / "loaders.py", "mnemoflow_eval_loaders")
     data = Path(args.data) if args.data else Path(args.eval_dir) / "locomo" / "locomo-dev.json"
-    out = Path(args.out) if args.out else ROOT / "bench" / "results" / (
-        f"locomo_recall-{data.stem}.json" if args.data else "locomo_recall.json")
+    out = (
+        Path(args.out)
+        if args.out
+        else ROOT / "bench" / "results" / (f"locomo_recall-{data.stem}.json" if args.data else "locomo_recall.json")
+    )
     convs = loaders.load_locomo(str(data))
     convs = convs[:1] if args.quick else convs
     embedder = build_embedder(Settings(embedder=args.embedder))
@@ -293,11 +345,18 @@ def main() -> None:
         work = Path(tmp)
         files, store, raw = workspace(work, embedder)
         clock = TurnClock()
-        pipeline = L1Pipeline(files=files, store=store, embedder=embedder, extractor=HeuristicExtractor(),
-                              judge=HeuristicJudge(), clock=clock,
-                              dedup=DedupConfig.for_model(embedder.model_id).model_copy(
-                                  update={} if args.store_below is None else {"store_below": args.store_below}),
-                              settings=L1Settings(count_model_calls=True))
+        pipeline = L1Pipeline(
+            files=files,
+            store=store,
+            embedder=embedder,
+            extractor=HeuristicExtractor(),
+            judge=HeuristicJudge(),
+            clock=clock,
+            dedup=DedupConfig.for_model(embedder.model_id).model_copy(
+                update={} if args.store_below is None else {"store_below": args.store_below}
+            ),
+            settings=L1Settings(count_model_calls=True),
+        )
         for conv in convs:
             asyncio.run(ingest(conv, files, pipeline, clock, counters))
             raw.upsert(raw_rows(conv, embedder))
@@ -309,60 +368,90 @@ def main() -> None:
         # 0.95 is taken as 0.985 for e5 (an extrapolation past the measured quantiles, stated as such).
         near = 0.985 if embedder.model_id.startswith("multilingual-e5") else 0.95
         dup, atoms = duplicate_rate(files, store, users, near)
-        lat = None if args.no_latency else latency(args.latency_atoms, args.latency_users, args.latency_queries,
-                                                   work)
+        lat = None if args.no_latency else latency(args.latency_atoms, args.latency_users, args.latency_queries, work)
     stats = pipeline.deduper.stats
     extraction_windows = counters["model_calls_needed"] - stats.model_judge_passes
-    result.update({
-        "engine": "heuristic", "embedder": embedder.model_id, "store": "sqlite",
-        "conversations": [c["sample_id"] for c in convs], "turns": counters["turns"], "atoms": atoms,
-        "category_mapping": {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop",
-                             "5": "adversarial"},
-        "hit_definition": "a question counts when any top-k atom's source_message_ids holds an evidence dia_id",
-        "latency_ms": lat,
-        "llm_calls_per_100_turns": round(100 * counters["llm_calls"] / counters["turns"], 2),
-        "model_calls_per_100_turns_if_model_engine": round(
-            100 * counters["model_calls_needed"] / counters["turns"], 2),
-        "model_calls_breakdown": {
-            "design": f"{l1_extraction.VERSION}: one call per window with user text (extraction with the dedup "
-                      "decisions folded in) + a judge call for passes with an open atom whose closest candidate "
-                      "was not shown in the extraction prompt (assumes the model decides every memory it was "
-                      "shown candidates for, as the prompt asks)",
-            "extraction_windows": extraction_windows,
-            "judge_passes_still_needed": stats.model_judge_passes,
-            "per_100_turns_if_model_left_every_open_atom_undecided": round(
-                100 * (extraction_windows + stats.judge_passes) / counters["turns"], 2)},
-        "l1_passes": counters["passes"],
-        "dedup": {"config": pipeline.deduper.config.model_dump(), "gated_skip": stats.gated_skip,
-                  "gated_store": stats.gated_store, "judged": stats.judged,
-                  "judge_passes": stats.judge_passes, "judge_calls_saved": stats.judge_calls_saved,
-                  "model_judge_passes": stats.model_judge_passes,
-                  "actions": stats.actions},
-        "duplicate_rate": round(dup, 4), "duplicate_cosine": near, "ingest_and_extract_s": round(ingest_s, 1),
-        "data": str(data.name),
-        "command": " ".join(["python bench/locomo_recall.py", *sys.argv[1:]]),
-        "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
-    })
+    result.update(
+        {
+            "engine": "heuristic",
+            "embedder": embedder.model_id,
+            "store": "sqlite",
+            "conversations": [c["sample_id"] for c in convs],
+            "turns": counters["turns"],
+            "atoms": atoms,
+            "category_mapping": {
+                "1": "multi-hop",
+                "2": "temporal",
+                "3": "open-domain",
+                "4": "single-hop",
+                "5": "adversarial",
+            },
+            "hit_definition": "a question counts when any top-k atom's source_message_ids holds an evidence dia_id",
+            "latency_ms": lat,
+            "llm_calls_per_100_turns": round(100 * counters["llm_calls"] / counters["turns"], 2),
+            "model_calls_per_100_turns_if_model_engine": round(
+                100 * counters["model_calls_needed"] / counters["turns"], 2
+            ),
+            "model_calls_breakdown": {
+                "design": f"{l1_extraction.VERSION}: one call per window with user text (extraction with the dedup "
+                "decisions folded in) + a judge call for passes with an open atom whose closest candidate "
+                "was not shown in the extraction prompt (assumes the model decides every memory it was "
+                "shown candidates for, as the prompt asks)",
+                "extraction_windows": extraction_windows,
+                "judge_passes_still_needed": stats.model_judge_passes,
+                "per_100_turns_if_model_left_every_open_atom_undecided": round(
+                    100 * (extraction_windows + stats.judge_passes) / counters["turns"], 2
+                ),
+            },
+            "l1_passes": counters["passes"],
+            "dedup": {
+                "config": pipeline.deduper.config.model_dump(),
+                "gated_skip": stats.gated_skip,
+                "gated_store": stats.gated_store,
+                "judged": stats.judged,
+                "judge_passes": stats.judge_passes,
+                "judge_calls_saved": stats.judge_calls_saved,
+                "model_judge_passes": stats.model_judge_passes,
+                "actions": stats.actions,
+            },
+            "duplicate_rate": round(dup, 4),
+            "duplicate_cosine": near,
+            "ingest_and_extract_s": round(ingest_s, 1),
+            "data": str(data.name),
+            "command": " ".join(["python bench/locomo_recall.py", *sys.argv[1:]]),
+            "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
+        }
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, ensure_ascii=False))
-    print(f"{data.name}: {len(convs)} conv, {counters['turns']} turns, {atoms} atoms, engine heuristic, "
-          f"{embedder.model_id} + SQLite")
+    print(
+        f"{data.name}: {len(convs)} conv, {counters['turns']} turns, {atoms} atoms, engine heuristic, "
+        f"{embedder.model_id} + SQLite"
+    )
     cats = result["recall_at_10"]["by_category"]
     print(f"{'system':12} {'R@5':>7} {'R@10':>7} {'R@10 budg':>9}  " + "  ".join(f"c{c}@10" for c in cats))
     for s in SYSTEMS:
         cats = "  ".join(f"{v[s]:6.3f}" for v in result["recall_at_10"]["by_category"].values())
-        print(f"{s:12} {result['recall_at_5'][s]:7.3f} {result['recall_at_10'][s]:7.3f} "
-              f"{result['recall_at_10_budgeted'][s]:9.3f}  {cats}")
-    print(f"source turns per returned atom (hybrid top-10): {result['source_turns_per_atom']['hybrid']}; "
-          f"query embedding {result['query_embedding_ms']} ms per question")
+        print(
+            f"{s:12} {result['recall_at_5'][s]:7.3f} {result['recall_at_10'][s]:7.3f} "
+            f"{result['recall_at_10_budgeted'][s]:9.3f}  {cats}"
+        )
+    print(
+        f"source turns per returned atom (hybrid top-10): {result['source_turns_per_atom']['hybrid']}; "
+        f"query embedding {result['query_embedding_ms']} ms per question"
+    )
     if lat:
-        print(f"latency (hybrid recall, {lat['atoms']} atoms, no query embedding): "
-              f"p50 {lat['p50']} ms, p99 {lat['p99']} ms")
+        print(
+            f"latency (hybrid recall, {lat['atoms']} atoms, no query embedding): "
+            f"p50 {lat['p50']} ms, p99 {lat['p99']} ms"
+        )
     b = result["model_calls_breakdown"]
-    print(f"LLM calls/100 turns: {result['llm_calls_per_100_turns']} (a model engine would need "
-          f"{result['model_calls_per_100_turns_if_model_engine']}: {b['extraction_windows']} extraction calls + "
-          f"{b['judge_passes_still_needed']} judge calls; {b['per_100_turns_if_model_left_every_open_atom_undecided']}"
-          f" if the model decided nothing); duplicate rate {result['duplicate_rate']}")
+    print(
+        f"LLM calls/100 turns: {result['llm_calls_per_100_turns']} (a model engine would need "
+        f"{result['model_calls_per_100_turns_if_model_engine']}: {b['extraction_windows']} extraction calls + "
+        f"{b['judge_passes_still_needed']} judge calls; {b['per_100_turns_if_model_left_every_open_atom_undecided']}"
+        f" if the model decided nothing); duplicate rate {result['duplicate_rate']}"
+    )
 
 
 if __name__ == "__main__":

@@ -75,16 +75,26 @@ def when(date: str) -> datetime:
 def turns_of(item: dict[str, Any]) -> list[dict[str, Any]]:
     """The history as flat turns: id, session, role, text, time, evidence flag."""
     out = []
-    for sid, date, session in zip(item["haystack_session_ids"], item["haystack_dates"], item["haystack_sessions"],
-                                  strict=True):
+    for sid, date, session in zip(
+        item["haystack_session_ids"], item["haystack_dates"], item["haystack_sessions"], strict=True
+    ):
         for i, turn in enumerate(session):
-            out.append({"id": f"{safe(sid)}-{i}", "session": sid, "role": turn["role"], "text": turn["content"],
-                        "ts": when(date) + timedelta(seconds=30 * i), "evidence": bool(turn.get("has_answer"))})
+            out.append(
+                {
+                    "id": f"{safe(sid)}-{i}",
+                    "session": sid,
+                    "role": turn["role"],
+                    "text": turn["content"],
+                    "ts": when(date) + timedelta(seconds=30 * i),
+                    "evidence": bool(turn.get("has_answer")),
+                }
+            )
     return out
 
 
-async def ingest(user: str, turns: list[dict[str, Any]], files: LocalFileStore, pipeline: L1Pipeline,
-                 clock: TurnClock) -> int:
+async def ingest(
+    user: str, turns: list[dict[str, Any]], files: LocalFileStore, pipeline: L1Pipeline, clock: TurnClock
+) -> int:
     """Replay one history into L0, running L1 when the trigger machine decides; returns passes run."""
     triggers, state, writer, passes = L1Triggers(), TriggerState(), L0Writer(files), 0
 
@@ -102,8 +112,19 @@ async def ingest(user: str, turns: list[dict[str, Any]], files: LocalFileStore, 
             state, d = triggers.on_session_end(state, clock.now())
             await run(d)
         session, clock.t = turn["session"], turn["ts"]
-        writer.write([TurnEvent(tenant=TENANT, message_id=turn["id"], user=user, session=safe(turn["session"]),
-                                role=turn["role"], content=turn["text"] or "(empty)", ts=turn["ts"])])
+        writer.write(
+            [
+                TurnEvent(
+                    tenant=TENANT,
+                    message_id=turn["id"],
+                    user=user,
+                    session=safe(turn["session"]),
+                    role=turn["role"],
+                    content=turn["text"] or "(empty)",
+                    ts=turn["ts"],
+                )
+            ]
+        )
         if turn["role"] == "user":
             state, d = triggers.on_turn(state, clock.now())
             await run(d)
@@ -115,12 +136,27 @@ async def ingest(user: str, turns: list[dict[str, Any]], files: LocalFileStore, 
 def raw_rows(user: str, turns: list[dict[str, Any]], embedder: Embedder) -> list[AtomRow]:
     """One row per turn; a turn longer than a row holds (some assistant answers are 30k characters) becomes
     several rows that all cite it."""
-    pieces = [(t, n, t["text"][start : start + RAW_CHARS] or "(empty)")
-              for t in turns for n, start in enumerate(range(0, max(1, len(t["text"])), RAW_CHARS))]
+    pieces = [
+        (t, n, t["text"][start : start + RAW_CHARS] or "(empty)")
+        for t in turns
+        for n, start in enumerate(range(0, max(1, len(t["text"])), RAW_CHARS))
+    ]
     vectors = embedder.embed([text for _, _, text in pieces])
-    return [AtomRow(id=f"{t['id']}.{n}", tenant="raw", user=user, type="episodic", priority=50, text=text,
-                    vector=v, created=t["ts"], updated=t["ts"], source_message_ids=[t["id"]])
-            for (t, n, text), v in zip(pieces, vectors, strict=True)]
+    return [
+        AtomRow(
+            id=f"{t['id']}.{n}",
+            tenant="raw",
+            user=user,
+            type="episodic",
+            priority=50,
+            text=text,
+            vector=v,
+            created=t["ts"],
+            updated=t["ts"],
+            source_message_ids=[t["id"]],
+        )
+        for (t, n, text), v in zip(pieces, vectors, strict=True)
+    ]
 
 
 def mean(xs: list[int]) -> float:
@@ -140,20 +176,30 @@ def main() -> None:
         for item in items:
             first.setdefault(item["question_type"], item)
         items = list(first.values())
-    out = Path(args.out) if args.out else ROOT / "bench" / "results" / (
-        "longmemeval_recall-quick.json" if args.quick else "longmemeval_recall.json")
+    out = (
+        Path(args.out)
+        if args.out
+        else ROOT / "bench" / "results" / ("longmemeval_recall-quick.json" if args.quick else "longmemeval_recall.json")
+    )
     embedder = build_embedder(Settings(embedder=args.embedder))
     # scores[measure][system][question_type] -> hits
     scores: dict[str, dict[str, dict[str, list[int]]]] = {
-        m: {s: defaultdict(list) for s in SYSTEMS} for m in ("turn10", "turn10_budget", "session5")}
+        m: {s: defaultdict(list) for s in SYSTEMS} for m in ("turn10", "turn10_budget", "session5")
+    }
     counts = {"turns": 0, "atoms": 0, "passes": 0, "no_evidence_turns": 0}
     sources_per_atom: list[int] = []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="mnemoflow-lme-") as tmp:
         files, store, raw = workspace(Path(tmp), embedder)
         clock = TurnClock()
-        pipeline = L1Pipeline(files=files, store=store, embedder=embedder, extractor=HeuristicExtractor(),
-                              judge=HeuristicJudge(), clock=clock)
+        pipeline = L1Pipeline(
+            files=files,
+            store=store,
+            embedder=embedder,
+            extractor=HeuristicExtractor(),
+            judge=HeuristicJudge(),
+            clock=clock,
+        )
         recaller = Recaller(store=store, embedder=embedder, files=files)
         for n, item in enumerate(items, start=1):
             user, turns = safe(f"q-{item['question_id']}"), turns_of(item)
@@ -184,9 +230,11 @@ def main() -> None:
                     kept = within(items_, budget)
                     scores["turn10_budget"][s][kind].append(int(any(evidence & set(src) for _, src in kept)))
             counts["no_evidence_turns"] += not evidence
-            print(f"[{n}/{len(items)}] {kind:26} turns {len(turns):4}  atoms {store.count(TENANT, user):4}  "
-                  + "  ".join(f"{s} {scores['turn10'][s][kind][-1] if evidence else '-'}" for s in SYSTEMS),
-                  flush=True)
+            print(
+                f"[{n}/{len(items)}] {kind:26} turns {len(turns):4}  atoms {store.count(TENANT, user):4}  "
+                + "  ".join(f"{s} {scores['turn10'][s][kind][-1] if evidence else '-'}" for s in SYSTEMS),
+                flush=True,
+            )
     elapsed = time.perf_counter() - t0
 
     def table(measure: str) -> dict[str, Any]:
@@ -199,26 +247,40 @@ def main() -> None:
         "turn_recall_at_10": table("turn10"),
         "turn_recall_at_10_budgeted": table("turn10_budget"),
         "session_recall_at_5": table("session5"),
-        "source_turns_per_atom": {"hybrid": round(statistics.mean(sources_per_atom), 3) if sources_per_atom else 0.0,
-                                  "bm25_raw": 1.0, "dense_raw": 1.0},
-        "questions": len(items), "questions_without_evidence_turns": counts["no_evidence_turns"],
-        "turns": counts["turns"], "atoms": counts["atoms"], "l1_passes": counts["passes"],
-        "engine": "heuristic", "embedder": embedder.model_id, "store": "sqlite",
+        "source_turns_per_atom": {
+            "hybrid": round(statistics.mean(sources_per_atom), 3) if sources_per_atom else 0.0,
+            "bm25_raw": 1.0,
+            "dense_raw": 1.0,
+        },
+        "questions": len(items),
+        "questions_without_evidence_turns": counts["no_evidence_turns"],
+        "turns": counts["turns"],
+        "atoms": counts["atoms"],
+        "l1_passes": counts["passes"],
+        "engine": "heuristic",
+        "embedder": embedder.model_id,
+        "store": "sqlite",
         "budget": "10 raw turns' o200k tokens (mean turn length of the question's history)",
-        "hit_definitions": {"turn": "a top-10 item cites a has_answer turn",
-                            "session": "a top-5 item comes from an answer_session_ids session"},
+        "hit_definitions": {
+            "turn": "a top-10 item cites a has_answer turn",
+            "session": "a top-5 item comes from an answer_session_ids session",
+        },
         "elapsed_s": round(elapsed, 1),
         "command": " ".join(["python bench/longmemeval_recall.py", *sys.argv[1:]]),
         "machine": {"python": platform.python_version()},
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
-    print(f"LongMemEval-S dev: {len(items)} questions, {counts['turns']} turns, {counts['atoms']} atoms, "
-          f"heuristic engine, {embedder.model_id} + SQLite, {elapsed:.0f} s")
+    print(
+        f"LongMemEval-S dev: {len(items)} questions, {counts['turns']} turns, {counts['atoms']} atoms, "
+        f"heuristic engine, {embedder.model_id} + SQLite, {elapsed:.0f} s"
+    )
     print(f"{'system':11} {'turn R@10':>9} {'budgeted':>9} {'sess R@5':>9}")
     for s in SYSTEMS:
-        print(f"{s:11} {result['turn_recall_at_10'][s]:9.3f} {result['turn_recall_at_10_budgeted'][s]:9.3f} "
-              f"{result['session_recall_at_5'][s]:9.3f}")
+        print(
+            f"{s:11} {result['turn_recall_at_10'][s]:9.3f} {result['turn_recall_at_10_budgeted'][s]:9.3f} "
+            f"{result['session_recall_at_5'][s]:9.3f}"
+        )
     for kind, row in result["turn_recall_at_10"]["by_type"].items():
         print(f"  {kind:26} turn R@10 " + "  ".join(f"{s} {row[s]:.2f}" for s in SYSTEMS))
     print(f"source turns per returned atom (hybrid top-10): {result['source_turns_per_atom']['hybrid']}")

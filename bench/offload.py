@@ -58,6 +58,7 @@ def chain(trajs: list[list[dict]]) -> list[dict]:
     """One long session: the first system prompt, then each task's messages; tool ids made unique and safe."""
     out: list[dict] = [m for m in trajs[0] if m["role"] == "system"][:1]
     for k, traj in enumerate(trajs):
+
         def fix(i: str, k: int = k) -> str:
             return f"t{k}_" + _BAD.sub("_", i)[:100]
 
@@ -149,8 +150,9 @@ async def replay(session: list[dict], window: int, tag: str) -> dict[str, object
             meters["no_offload"].add(overflow(prompt, window))
             meters["masking"].add(overflow(masked(prompt, None), window))
             meters["summaries"].add(overflow(masked(prompt, summaries), window))
-            result = await compact_session(files, "bench", tag, prompt, window, clock=clock, writer=writer,
-                                           config=CONFIG)
+            result = await compact_session(
+                files, "bench", tag, prompt, window, clock=clock, writer=writer, config=CONFIG
+            )
             meters["mnemoflow"].add(result.messages)
             for r in result.removed:
                 removed_total += 1
@@ -161,8 +163,9 @@ async def replay(session: list[dict], window: int, tag: str) -> dict[str, object
         texts = [(files.read_bytes(f"{canvas_dir}/{n}") or b"").decode() for n in names]
         valid = sum(not validate_mermaid(t) for t in texts)
     out: dict[str, object] = {k: {"cumulative": m.total, "peak": m.peak, "reused": m.reused} for k, m in meters.items()}
-    out.update(calls=len(calls), removed=removed_total, recovered=removed_ok, canvases=len(names), valid=valid,
-               texts=texts)
+    out.update(
+        calls=len(calls), removed=removed_total, recovered=removed_ok, canvases=len(names), valid=valid, texts=texts
+    )
     return out
 
 
@@ -207,14 +210,18 @@ async def main() -> None:
     ap.add_argument("--quick", action="store_true", help="5 trajectories per set, one chained session")
     ap.add_argument("--per-session", type=int, default=10)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "offload.json"))
-    ap.add_argument("--config", default="{}", help='OffloadConfig overrides as JSON, e.g. \'{"stub_batch": 4}\'')
+    ap.add_argument("--config", default="{}", help="OffloadConfig overrides as JSON, e.g. '{\"stub_batch\": 4}'")
     ap.add_argument("--spec", action="store_true", help="start from OffloadConfig.spec() (TDAM's ladder only)")
     args = ap.parse_args()
     global CONFIG
     overrides = json.loads(args.config)
     CONFIG = OffloadConfig.spec(**overrides) if args.spec else OffloadConfig(**overrides)
-    report: dict[str, object] = {"quick": args.quick, "keep_last": KEEP_LAST, "encoding": "o200k_base",
-                                 "config": CONFIG.model_dump()}
+    report: dict[str, object] = {
+        "quick": args.quick,
+        "keep_last": KEEP_LAST,
+        "encoding": "o200k_base",
+        "config": CONFIG.model_dump(),
+    }
     for set_name in SETS:
         trajs = load(set_name)
         per = 5 if args.quick else args.per_session
@@ -225,10 +232,19 @@ async def main() -> None:
             t0 = time.perf_counter()
             chained = [await replay(chain(s), window, f"{set_name}-{wname}-c{j}") for j, s in enumerate(sessions)]
             single = [await replay(chain([t]), window, f"{set_name}-{wname}-s{j}") for j, t in enumerate(trajs)]
-            report[set_name][wname] = {**merge(chained), "single": merge(single),  # type: ignore[index]
-                                       "seconds": round(time.perf_counter() - t0, 1)}
-            print(set_name, wname, json.dumps(report[set_name][wname]["cumulative_prompt_tokens"]),  # type: ignore[index]
-                  "single", json.dumps(report[set_name][wname]["single"]["cumulative_prompt_tokens"]), file=sys.stderr)  # type: ignore[index]
+            report[set_name][wname] = {
+                **merge(chained),
+                "single": merge(single),  # type: ignore[index]
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
+            print(
+                set_name,
+                wname,
+                json.dumps(report[set_name][wname]["cumulative_prompt_tokens"]),  # type: ignore[index]
+                "single",
+                json.dumps(report[set_name][wname]["single"]["cumulative_prompt_tokens"]),
+                file=sys.stderr,
+            )  # type: ignore[index]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))

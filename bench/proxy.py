@@ -60,9 +60,11 @@ def loaders() -> Any:
 
 def start_stub(delay_ms: float) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    code = ("import uvicorn; from tests.stub_upstream import stub_upstream; "
-            f"uvicorn.run(stub_upstream(delay_s={delay_ms / 1000!r}), host='127.0.0.1', port={port}, "
-            "log_level='warning')")  # fmt: skip
+    code = (
+        "import uvicorn; from tests.stub_upstream import stub_upstream; "
+        f"uvicorn.run(stub_upstream(delay_s={delay_ms / 1000!r}), host='127.0.0.1', port={port}, "
+        "log_level='warning')"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -125,8 +127,11 @@ def latency(api_url: str, stub: str, requests: list[list[dict]], sessions: str =
                 assert http.get(f"{api_url}/health/live").status_code == 200
                 floor.append((time.perf_counter() - start) * 1000)
                 start = time.perf_counter()
-                r = http.post(f"{api_url}/v1/chat/completions", json=body,
-                              headers={**headers, "X-Mnemoflow-Session": f"{sessions}-{k}"})  # fmt: skip
+                r = http.post(
+                    f"{api_url}/v1/chat/completions",
+                    json=body,
+                    headers={**headers, "X-Mnemoflow-Session": f"{sessions}-{k}"},
+                )
                 proxied[mode].append((time.perf_counter() - start) * 1000)
                 assert r.status_code == 200 and r.headers["x-mnemoflow-memory"] == "ok", r.headers
                 memory_ms[mode].append(float(r.headers["x-mnemoflow-memory-ms"]))
@@ -134,8 +139,10 @@ def latency(api_url: str, stub: str, requests: list[list[dict]], sessions: str =
                     if "=" in part:
                         name, ms = part.split("=")
                         stages[mode].setdefault(name, []).append(float(ms))
-    out: dict[str, Any] = {"direct_ms": {"p50": pct(direct, 0.5), "p99": pct(direct, 0.99)},
-                           "serve_floor_ms": {"p50": pct(floor, 0.5), "p99": pct(floor, 0.99)}}  # fmt: skip
+    out: dict[str, Any] = {
+        "direct_ms": {"p50": pct(direct, 0.5), "p99": pct(direct, 0.99)},
+        "serve_floor_ms": {"p50": pct(floor, 0.5), "p99": pct(floor, 0.99)},
+    }
     for mode, values in proxied.items():
         out[mode] = {
             "proxy_ms": {"p50": pct(values, 0.5), "p99": pct(values, 0.99)},
@@ -152,8 +159,12 @@ def trajectory_tokens(api_url: str, stub: str, count: int, window: int) -> dict[
     peak = 0
     with httpx.Client(timeout=120) as http:
         for k, traj in enumerate(trajs):
-            headers = {"Authorization": f"Bearer {KEY}", "X-Mnemoflow-User": USER,
-                       "X-Mnemoflow-Session": f"traj-{k}", "X-Mnemoflow-Window": str(window)}  # fmt: skip
+            headers = {
+                "Authorization": f"Bearer {KEY}",
+                "X-Mnemoflow-User": USER,
+                "X-Mnemoflow-Session": f"traj-{k}",
+                "X-Mnemoflow-Window": str(window),
+            }
             for i, m in enumerate(traj):
                 if m["role"] != "assistant":
                     continue
@@ -163,8 +174,15 @@ def trajectory_tokens(api_url: str, stub: str, count: int, window: int) -> dict[
                 assert r.status_code == 200 and r.headers["x-mnemoflow-memory"] == "ok", r.headers
                 sent = r.json()["usage"]["prompt_tokens"]
                 direct, proxied, requests, peak = direct + raw, proxied + sent, requests + 1, max(peak, sent)
-    return {"trajectories": count, "requests": requests, "window": window, "direct": direct, "proxy": proxied,
-            "saved": 1 - proxied / direct, "peak_proxy_prompt": peak}  # fmt: skip
+    return {
+        "trajectories": count,
+        "requests": requests,
+        "window": window,
+        "direct": direct,
+        "proxy": proxied,
+        "saved": 1 - proxied / direct,
+        "peak_proxy_prompt": peak,
+    }
 
 
 def main() -> None:
@@ -177,9 +195,18 @@ def main() -> None:
     n_requests, n_trajs = (20, 3) if args.quick else (60, 10)
     stub_proc, stub = start_stub(args.upstream_ms)
     data = Path(tempfile.mkdtemp(prefix="mnemoflow-bench-proxy-"))
-    settings = Settings(data_dir=data, api_port=0, api_keys={"bench": KEY}, max_body_bytes=16 << 20,
-                        proxy_upstream_url=stub, proxy_windows={"stub": 8192}, proxy_memory_timeout_seconds=30,
-                        rate_limit_per_second=10_000, rate_limit_burst=10_000, embedder=args.embedder)  # fmt: skip
+    settings = Settings(
+        data_dir=data,
+        api_port=0,
+        api_keys={"bench": KEY},
+        max_body_bytes=16 << 20,
+        proxy_upstream_url=stub,
+        proxy_windows={"stub": 8192},
+        proxy_memory_timeout_seconds=30,
+        rate_limit_per_second=10_000,
+        rate_limit_burst=10_000,
+        embedder=args.embedder,
+    )
     stack = Stack(settings)
     try:
         stack.start()
@@ -195,13 +222,21 @@ def main() -> None:
         stop_process(stub_proc, 10)
         shutil.rmtree(data, ignore_errors=True)  # the stack's files and logs: nothing of it is reported
     result = {
-        "added_latency_ms": {"p50": round(lat["first"]["added_ms"]["p50"], 2),
-                             "p99": round(lat["first"]["added_ms"]["p99"], 2)},
+        "added_latency_ms": {
+            "p50": round(lat["first"]["added_ms"]["p50"], 2),
+            "p99": round(lat["first"]["added_ms"]["p99"], 2),
+        },
         "prompt_tokens": {"direct": tokens["direct"], "proxy": tokens["proxy"]},
-        "latency": lat, "tokens": tokens, "upstream_ms": args.upstream_ms, "requests_per_mode": n_requests,
-        "messages_per_request": 20, "seeded_atoms_found": atoms, "quick": args.quick, "embedder": args.embedder,
+        "latency": lat,
+        "tokens": tokens,
+        "upstream_ms": args.upstream_ms,
+        "requests_per_mode": n_requests,
+        "messages_per_request": 20,
+        "seeded_atoms_found": atoms,
+        "quick": args.quick,
+        "embedder": args.embedder,
         "load_average": os.getloadavg(),
-    }  # fmt: skip
+    }
     out = ROOT / "bench" / "results" / "proxy.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     first, repeat = lat["first"], lat["repeat"]

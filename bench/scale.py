@@ -78,7 +78,7 @@ def turns(tag: str, n: int, users: int, texts: list[str], start: datetime) -> li
             role="user" if i % 2 == 0 else "assistant",
             content=texts[i % len(texts)],
             ts=start + timedelta(seconds=i),
-        )  # fmt: skip
+        )
         for i in range(n)
     ]
 
@@ -173,11 +173,16 @@ def ingest_phase(c: LocalCluster, k: int, n: int, texts: list[str]) -> dict[str,
     while l0_lines(c.data_dir, tag) < n and time.monotonic() < deadline:
         time.sleep(0.2)
     cpu = cpu_delta(cpu1, cpu2)
-    return {"events_per_s": round(lines / (t2 - t1)), "window_events": lines, "window_s": round(t2 - t1, 2),
-            "events_per_worker_cpu_s": round(lines / cpu["workers"]) if cpu.get("workers") else None,
-            "frozen_while_producing_s": round(frozen_s, 2),
-            "group_after": {"state": state[0], "members": state[1]},  # a rebalance in the window would show here
-            "complete": l0_lines(c.data_dir, tag) == n, "cpu_s": cpu}  # fmt: skip
+    return {
+        "events_per_s": round(lines / (t2 - t1)),
+        "window_events": lines,
+        "window_s": round(t2 - t1, 2),
+        "events_per_worker_cpu_s": round(lines / cpu["workers"]) if cpu.get("workers") else None,
+        "frozen_while_producing_s": round(frozen_s, 2),
+        "group_after": {"state": state[0], "members": state[1]},  # a rebalance in the window would show here
+        "complete": l0_lines(c.data_dir, tag) == n,
+        "cpu_s": cpu,
+    }
 
 
 def scale_app(c: LocalCluster, app: str, replicas: int) -> None:
@@ -215,9 +220,14 @@ def extraction_phase(c: LocalCluster, replicas: int, users: list[str]) -> dict[s
     replies = asyncio.run(run_all())
     seconds = time.perf_counter() - t0
     atoms = sum(r.result.stored for r in replies if r.ok and r.result is not None)
-    return {"jobs_per_s": round(len(users) / seconds, 2), "jobs": len(users), "seconds": round(seconds, 1),
-            "atoms_stored": atoms, "failed": sum(not r.ok for r in replies),
-            "cpu_s": cpu_delta(before, cpu_by_kind())}  # fmt: skip
+    return {
+        "jobs_per_s": round(len(users) / seconds, 2),
+        "jobs": len(users),
+        "seconds": round(seconds, 1),
+        "atoms_stored": atoms,
+        "failed": sum(not r.ok for r in replies),
+        "cpu_s": cpu_delta(before, cpu_by_kind()),
+    }
 
 
 def recall_phase(c: LocalCluster, replicas: int, users: list[str], questions: list[str], seconds: float) -> dict:
@@ -250,8 +260,14 @@ def recall_phase(c: LocalCluster, replicas: int, users: list[str], questions: li
     elapsed = time.perf_counter() - t0
     latencies.sort()
     p = (lambda q: round(1000 * latencies[int(q * (len(latencies) - 1))], 1)) if latencies else (lambda q: None)
-    return {"rps": round(done[0] / elapsed, 1), "ok": done[0], "failed": failed[0], "p50_ms": p(0.5),
-            "p99_ms": p(0.99), "cpu_s": cpu_delta(before, cpu_by_kind())}  # fmt: skip
+    return {
+        "rps": round(done[0] / elapsed, 1),
+        "ok": done[0],
+        "failed": failed[0],
+        "p50_ms": p(0.5),
+        "p99_ms": p(0.99),
+        "cpu_s": cpu_delta(before, cpu_by_kind()),
+    }
 
 
 def user_lines(data: Path, tag: str) -> dict[str, int]:
@@ -281,8 +297,11 @@ def recovery_worker_kill(c: LocalCluster, texts: list[str], users: int = 60) -> 
                 while not stop.is_set():
                     batch = turns(tag, users, users, texts[i:], datetime(2024, 3, 1, tzinfo=UTC) + timedelta(hours=i))
                     for e in batch:
-                        await producer.send(TOPIC_TURNS, e.model_copy(update={"message_id": f"{tag}-{i}-{e.user}"})
-                                            .model_dump_json().encode(), key=e.key.encode())  # fmt: skip
+                        await producer.send(
+                            TOPIC_TURNS,
+                            e.model_copy(update={"message_id": f"{tag}-{i}-{e.user}"}).model_dump_json().encode(),
+                            key=e.key.encode(),
+                        )
                     i += 1
                     await asyncio.sleep(0.3)
             finally:
@@ -309,8 +328,12 @@ def recovery_worker_kill(c: LocalCluster, texts: list[str], users: int = 60) -> 
         feeder.join()
     c.start_worker(0)
     waits = sorted(recovered.values())
-    return {"users": len(before), "recovered": len(waits), "max_s": round(waits[-1], 1) if waits else None,
-            "p50_s": round(waits[len(waits) // 2], 1) if waits else None}  # fmt: skip
+    return {
+        "users": len(before),
+        "recovered": len(waits),
+        "max_s": round(waits[-1], 1) if waits else None,
+        "p50_s": round(waits[len(waits) // 2], 1) if waits else None,
+    }
 
 
 def recovery_replica_kill(c: LocalCluster, users: list[str], questions: list[str], watch_s: float) -> dict[str, Any]:
@@ -359,8 +382,11 @@ def recovery_node_kill(c: LocalCluster) -> dict[str, Any]:
 
     placement, second = c.shard_nodes(), c.second_node_id
     n = c.settings.session_shards
-    session = next(s for s in (f"rn-{k}" for k in range(1000))
-                   if placement[shard_name(shard_for(session_key(TENANT, s), n))] == second)  # fmt: skip
+    session = next(
+        s
+        for s in (f"rn-{k}" for k in range(1000))
+        if placement[shard_name(shard_for(session_key(TENANT, s), n))] == second
+    )
     with httpx.Client(base_url=c.api_url, headers=c.headers(), timeout=10) as http:
         assert http.get(f"/v1/sessions/{session}/state").status_code == 200
         killed_at = time.monotonic()
@@ -399,17 +425,23 @@ def main() -> None:
         extraction_users: dict[str, list[str]] = {}
         for r in (1, 2):
             tag = f"x{r}"
-            asyncio.run(produce(c.settings.kafka_bootstrap, turns(tag, 40 * jobs, jobs, texts[r * 997 :],
-                                                                  datetime(2024, 2, 1, tzinfo=UTC))))  # fmt: skip
+            asyncio.run(
+                produce(
+                    c.settings.kafka_bootstrap,
+                    turns(tag, 40 * jobs, jobs, texts[r * 997 :], datetime(2024, 2, 1, tzinfo=UTC)),
+                )
+            )
             extraction_users[str(r)] = [f"{tag}-u{i}" for i in range(jobs)]
         while any(l0_lines(c.data_dir, f"x{r}") < 40 * jobs for r in (1, 2)):
             time.sleep(0.2)
         extraction = {r: extraction_phase(c, int(r), users) for r, users in extraction_users.items()}
         recall_users = extraction_users["1"] + extraction_users["2"]
         recall = {str(r): recall_phase(c, r, recall_users, questions, recall_s) for r in (1, 2)}
-        recovery = {"worker_sigkill": recovery_worker_kill(c, texts),
-                    "api_replica_sigkill": recovery_replica_kill(c, recall_users, questions, watch_s),
-                    "second_node_raylet_sigkill": recovery_node_kill(c)}  # fmt: skip
+        recovery = {
+            "worker_sigkill": recovery_worker_kill(c, texts),
+            "api_replica_sigkill": recovery_replica_kill(c, recall_users, questions, watch_s),
+            "second_node_raylet_sigkill": recovery_node_kill(c),
+        }
     results = {
         "kafka_to_l0_events_per_s": {k: v["events_per_s"] for k, v in ingest.items()},
         "kafka_to_l0_events_per_worker_cpu_s": {k: v["events_per_worker_cpu_s"] for k, v in ingest.items()},
@@ -419,7 +451,7 @@ def main() -> None:
             "ingest": {k: v["cpu_s"] for k, v in ingest.items()},
             "extraction": {k: v["cpu_s"] for k, v in extraction.items()},
             "recall": {k: v["cpu_s"] for k, v in recall.items()},
-        },  # fmt: skip
+        },
         "recovery": recovery,
         "ingest": ingest,
         "extraction": extraction,

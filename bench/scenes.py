@@ -76,7 +76,8 @@ def user_atoms(conv: dict[str, Any], speaker: str) -> tuple[dict[int, list[Scene
             ids = [ids] if isinstance(ids, str) else list(ids)
             dia[atom_id] = {i.strip() for x in ids for i in str(x).replace(";", ",").split(",") if i.strip()}
             by_session.setdefault(n, []).append(
-                SceneInput(id=atom_id, type="episodic", content=text, created_at=base + timedelta(seconds=k)))
+                SceneInput(id=atom_id, type="episodic", content=text, created_at=base + timedelta(seconds=k))
+            )
     return by_session, dia
 
 
@@ -84,8 +85,9 @@ def _vecs(embedder: Embedder, texts: list[str]) -> list[list[float]]:
     return embedder.embed(texts)
 
 
-def qa_hits(scenes: list[SceneBlock], qs: list[dict[str, Any]], dia: dict[str, set[str]],
-            embedder: Embedder) -> dict[str, float]:  # fmt: skip
+def qa_hits(
+    scenes: list[SceneBlock], qs: list[dict[str, Any]], dia: dict[str, set[str]], embedder: Embedder
+) -> dict[str, float]:
     if not scenes or not qs:
         return {"hit@1": 0.0, "hit@3": 0.0, "n": 0}
     svecs = _vecs(embedder, [f"{b.summary}\n{b.body}" for b in scenes])
@@ -110,8 +112,11 @@ def event_recall(scenes: list[SceneBlock], events: list[str]) -> dict[str, float
             continue
         best.append(max((len(ws & b) / len(ws) for b in bodies), default=0.0))
         kept.append(len(ws & union) / len(ws))
-    return {"best_scene": statistics.fmean(best) if best else 0.0,
-            "all_scenes": statistics.fmean(kept) if kept else 0.0, "n": len(best)}  # fmt: skip
+    return {
+        "best_scene": statistics.fmean(best) if best else 0.0,
+        "all_scenes": statistics.fmean(kept) if kept else 0.0,
+        "n": len(best),
+    }
 
 
 def gold_coverage(scenes: list[SceneBlock], persona: str, facts: list[str], events: list[str]) -> dict[str, float]:
@@ -123,13 +128,19 @@ def gold_coverage(scenes: list[SceneBlock], persona: str, facts: list[str], even
         return [len(s & seen) / len(s) >= COVERAGE_THRESHOLD for s in sets]
 
     f, e = covered(facts), covered(events)
-    return {"facts": statistics.fmean(f) if f else 0.0, "events": statistics.fmean(e) if e else 0.0,
-            "combined": statistics.fmean(f + e) if f + e else 0.0, "n_facts": len(f), "n_events": len(e)}  # fmt: skip
+    return {
+        "facts": statistics.fmean(f) if f else 0.0,
+        "events": statistics.fmean(e) if e else 0.0,
+        "combined": statistics.fmean(f + e) if f + e else 0.0,
+        "n_facts": len(f),
+        "n_events": len(e),
+    }
 
 
 def baseline_persona(scenes: list[SceneBlock], atoms: int, now: datetime) -> str:
-    ctx = PersonaContext(scenes=scenes, changed=scenes, current="", mode="first", reason="bench", total_memories=atoms,
-                         now=now)  # fmt: skip
+    ctx = PersonaContext(
+        scenes=scenes, changed=scenes, current="", mode="first", reason="bench", total_memories=atoms, now=now
+    )
     return HeuristicPersonaEngine().render(ctx)
 
 
@@ -144,8 +155,9 @@ def chronological(atoms: list[SceneInput], k: int) -> list[SceneBlock]:
     return out
 
 
-def run_user(conv: dict[str, Any], speaker: str, embedder: Embedder, args: argparse.Namespace,
-             root: Path) -> dict[str, Any]:  # fmt: skip
+def run_user(
+    conv: dict[str, Any], speaker: str, embedder: Embedder, args: argparse.Namespace, root: Path
+) -> dict[str, Any]:
     by_session, dia = user_atoms(conv, speaker)
     files = LocalFileStore(root)
     user = f"{conv['sample_id']}-{speaker}".replace(" ", "_")
@@ -166,8 +178,7 @@ def run_user(conv: dict[str, Any], speaker: str, embedder: Embedder, args: argpa
     scenes = list(store.load().values())
     all_atoms = [a for v in by_session.values() for a in v]
     owned = {a: dia[a] for a in dia}
-    qs = [q for q in conv["qa"] if q["category"] in (1, 2, 3, 4)
-          and any(owned[a] & set(q["evidence"]) for a in owned)]  # fmt: skip
+    qs = [q for q in conv["qa"] if q["category"] in (1, 2, 3, 4) and any(owned[a] & set(q["evidence"]) for a in owned)]
     events = [e for key, v in conv["event_summary"].items() for e in v.get(speaker, [])]
     baseline = chronological(all_atoms, len(scenes))
     facts = [a.content for a in all_atoms]
@@ -176,19 +187,29 @@ def run_user(conv: dict[str, Any], speaker: str, embedder: Embedder, args: argpa
     absorbed = [a for b in scenes for a in b.atom_ids]
     visible = {i.id for b in scenes for i in parse_items(b.body)}
     return {
-        "user": user, "atoms": len(all_atoms), "scenes": len(scenes), "max_live_scenes": max_live,
+        "user": user,
+        "atoms": len(all_atoms),
+        "scenes": len(scenes),
+        "max_live_scenes": max_live,
         "heat_mean": statistics.fmean(b.heat for b in scenes) if scenes else 0,
         "body_chars_mean": statistics.fmean(len(b.body) for b in scenes) if scenes else 0,
         "atoms_absorbed": len(set(absorbed)) / max(1, len(all_atoms)),
         "atoms_quoted": len(visible) / max(1, len(set(absorbed))),
         "persona_chars": len(persona_text),
-        "scene_names": sorted(b.filename for b in scenes), "archetype": _archetype(persona_text),
-        "heuristic": {"qa": qa_hits(scenes, qs, dia, embedder), "events": event_recall(scenes, events),
-                      "coverage": gold_coverage(scenes, persona_text, facts, events)},
-        "chronological": {"qa": qa_hits(baseline, qs, dia, embedder), "events": event_recall(baseline, events),
-                          "coverage": gold_coverage(baseline, base_persona, facts, events)},
+        "scene_names": sorted(b.filename for b in scenes),
+        "archetype": _archetype(persona_text),
+        "heuristic": {
+            "qa": qa_hits(scenes, qs, dia, embedder),
+            "events": event_recall(scenes, events),
+            "coverage": gold_coverage(scenes, persona_text, facts, events),
+        },
+        "chronological": {
+            "qa": qa_hits(baseline, qs, dia, embedder),
+            "events": event_recall(baseline, events),
+            "coverage": gold_coverage(baseline, base_persona, facts, events),
+        },
         "seconds": seconds,
-    }  # fmt: skip
+    }
 
 
 def _archetype(persona: str) -> str:
@@ -217,8 +238,11 @@ def main() -> None:
             for speaker in (conv["speaker_a"], conv["speaker_b"]):
                 rows.append(run_user(conv, speaker, embedder, args, Path(tmp)))
                 r = rows[-1]
-                print(f"{r['user']:<24} scenes {r['scenes']:>2}  hit@1 {r['heuristic']['qa']['hit@1']:.3f}"
-                      f" vs chronological {r['chronological']['qa']['hit@1']:.3f}", file=sys.stderr)  # fmt: skip
+                print(
+                    f"{r['user']:<24} scenes {r['scenes']:>2}  hit@1 {r['heuristic']['qa']['hit@1']:.3f}"
+                    f" vs chronological {r['chronological']['qa']['hit@1']:.3f}",
+                    file=sys.stderr,
+                )
 
     def mean(path: list[str]) -> float:
         vals = []
@@ -230,23 +254,42 @@ def main() -> None:
         return round(statistics.fmean(vals), 4)
 
     summary = {
-        engine: {"qa_hit@1": mean([engine, "qa", "hit@1"]), "qa_hit@3": mean([engine, "qa", "hit@3"]),
-                 "event_recall_best_scene": mean([engine, "events", "best_scene"]),
-                 "event_recall_all_scenes": mean([engine, "events", "all_scenes"]),
-                 "gold_fact_coverage": {k: mean([engine, "coverage", k]) for k in ("facts", "events", "combined")}}
+        engine: {
+            "qa_hit@1": mean([engine, "qa", "hit@1"]),
+            "qa_hit@3": mean([engine, "qa", "hit@3"]),
+            "event_recall_best_scene": mean([engine, "events", "best_scene"]),
+            "event_recall_all_scenes": mean([engine, "events", "all_scenes"]),
+            "gold_fact_coverage": {k: mean([engine, "coverage", k]) for k in ("facts", "events", "combined")},
+        }
         for engine in ("heuristic", "chronological")
-    }  # fmt: skip
+    }
     result = {
-        "bench": "scenes", "engine": "heuristic", "embedder": embedder.model_id, "conversations": len(convs),
-        "users": len(rows), "params": {"join": args.join, "cluster": args.cluster, "max_creates": args.max_creates},
+        "bench": "scenes",
+        "engine": "heuristic",
+        "embedder": embedder.model_id,
+        "conversations": len(convs),
+        "users": len(rows),
+        "params": {"join": args.join, "cluster": args.cluster, "max_creates": args.max_creates},
         "summary": summary,
-        "structure": {k: mean([k]) for k in ("scenes", "max_live_scenes", "heat_mean", "body_chars_mean",
-                                             "atoms_absorbed", "atoms_quoted", "persona_chars", "seconds")},
+        "structure": {
+            k: mean([k])
+            for k in (
+                "scenes",
+                "max_live_scenes",
+                "heat_mean",
+                "body_chars_mean",
+                "atoms_absorbed",
+                "atoms_quoted",
+                "persona_chars",
+                "seconds",
+            )
+        },
         "max_live_scenes_any_user": max(r["max_live_scenes"] for r in rows),
         "max_persona_chars_any_user": max(r["persona_chars"] for r in rows),
-        "per_user": rows, "qa_categories": "1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop (loaders.py mapping)",
+        "per_user": rows,
+        "qa_categories": "1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop (loaders.py mapping)",
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
-    }  # fmt: skip
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     examples = {r["user"]: {"scenes": r["scene_names"], "archetype": r["archetype"]} for r in rows[:2]}

@@ -32,8 +32,12 @@ from mnemoflow.index import InMemoryVectorStore
 from mnemoflow.ports.vectors import ATOM_TYPES, AtomRow, VectorStore
 
 MODEL = "synthetic-384"
-VERSIONS = {"memory": [], "sqlite": ["apsw", "sqlite-vec"], "milvus": ["pymilvus", "milvus-lite"],
-            "milvus_client": ["pymilvus", "milvus-lite"]}
+VERSIONS = {
+    "memory": [],
+    "sqlite": ["apsw", "sqlite-vec"],
+    "milvus": ["pymilvus", "milvus-lite"],
+    "milvus_client": ["pymilvus", "milvus-lite"],
+}
 
 
 def open_backend(name: str, workdir: Path, dim: int) -> VectorStore:
@@ -73,11 +77,21 @@ class Corpus:
         for start in range(0, self.atoms, size):
             n = min(size, self.atoms - start)
             vecs = self.vectors(n)
-            yield [AtomRow(id=f"a{start + j}", tenant="bench", user=f"user{(start + j) % self.users}",
-                           type=ATOM_TYPES[(start + j) % 3], priority=50,
-                           text=self.words(int(self.rng.integers(8, 17))),
-                           vector=vecs[j].tolist(), created=self.now, updated=self.now,
-                           source_message_ids=[f"m{start + j}"]) for j in range(n)]
+            yield [
+                AtomRow(
+                    id=f"a{start + j}",
+                    tenant="bench",
+                    user=f"user{(start + j) % self.users}",
+                    type=ATOM_TYPES[(start + j) % 3],
+                    priority=50,
+                    text=self.words(int(self.rng.integers(8, 17))),
+                    vector=vecs[j].tolist(),
+                    created=self.now,
+                    updated=self.now,
+                    source_message_ids=[f"m{start + j}"],
+                )
+                for j in range(n)
+            ]
 
     def queries(self, n: int) -> list[tuple[str, str, list[float]]]:
         vecs = self.vectors(n)
@@ -92,8 +106,11 @@ def timed(fn: Callable[[], Any], reps: list[float]) -> None:
 
 def stats(ms: list[float]) -> dict[str, float]:
     a = np.array(ms)
-    return {"p50_ms": round(float(np.percentile(a, 50)), 2), "p99_ms": round(float(np.percentile(a, 99)), 2),
-            "mean_ms": round(float(a.mean()), 2)}
+    return {
+        "p50_ms": round(float(np.percentile(a, 50)), 2),
+        "p99_ms": round(float(np.percentile(a, 99)), 2),
+        "mean_ms": round(float(a.mean()), 2),
+    }
 
 
 def run_backend(name: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -115,8 +132,13 @@ def run_backend(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
         timed(functools.partial(store.dense_search, "bench", user, vec, args.k), dense)
         timed(functools.partial(store.bm25_search, "bench", user, text, args.k), bm25)
     store.close()
-    return {"hybrid": stats(hybrid), "dense": stats(dense), "bm25": stats(bm25), "ingest_s": round(ingest_s, 1),
-            "versions": {p: metadata.version(p) for p in VERSIONS[name]}}
+    return {
+        "hybrid": stats(hybrid),
+        "dense": stats(dense),
+        "bm25": stats(bm25),
+        "ingest_s": round(ingest_s, 1),
+        "versions": {p: metadata.version(p) for p in VERSIONS[name]},
+    }
 
 
 def main() -> None:
@@ -143,11 +165,20 @@ def main() -> None:
     print(f"{'backend':13} " + " ".join(f"{name:>{width}}" for name, width in columns))
     for name, r in results.items():
         h, d, b = r["hybrid"], r["dense"], r["bm25"]
-        print(f"{name:13} {h['p50_ms']:>10} {h['p99_ms']:>7} {d['p50_ms']:>9} {d['p99_ms']:>7} "
-              f"{b['p50_ms']:>8} {b['p99_ms']:>7} {r['ingest_s']:>8}")
-    out = {"atoms": args.atoms, "users": args.users, "dim": args.dim, "k": args.k, "queries": args.queries,
-           "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-           "command": "python bench/store_latency.py " + (" ".join(sys.argv[1:])), "results": results}
+        print(
+            f"{name:13} {h['p50_ms']:>10} {h['p99_ms']:>7} {d['p50_ms']:>9} {d['p99_ms']:>7} "
+            f"{b['p50_ms']:>8} {b['p99_ms']:>7} {r['ingest_s']:>8}"
+        )
+    out = {
+        "atoms": args.atoms,
+        "users": args.users,
+        "dim": args.dim,
+        "k": args.k,
+        "queries": args.queries,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "command": "python bench/store_latency.py " + (" ".join(sys.argv[1:])),
+        "results": results,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {args.out}")

@@ -105,7 +105,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(1 << 20, ge=1024)
     max_import_bytes: int = Field(64 << 20, ge=1024, description="Body limit of a bundle import (POST .../import).")
     retention: dict[str, Retention] = Field(
-        default_factory=dict, description="Per tenant, e.g. {'acme': {'l0_days': 365, 'refs_days': 30}}; "
+        default_factory=dict,
+        description="Per tenant, e.g. {'acme': {'l0_days': 365, 'refs_days': 30}}; "
         "a tenant not listed keeps everything.",
     )
     retention_sweep_seconds: float = Field(3600.0, gt=0, description="How often a worker applies the retention.")
@@ -118,7 +119,8 @@ class Settings(BaseSettings):
     )
     worker_max_attempts: int = Field(5, ge=1, description="Tries of a batch before its events go to dead letters.")
     fsync_files: bool = Field(
-        True, description="Make file writes durable (fsync) before their Kafka offsets are committed. Off only for "
+        True,
+        description="Make file writes durable (fsync) before their Kafka offsets are committed. Off only for "
         "throwaway data (a benchmark's comparison run): a machine crash can then lose acknowledged events.",
     )
     l1_enabled: bool = Field(True, description="Schedule L1 extraction from the turn stream.")
@@ -133,7 +135,10 @@ class Settings(BaseSettings):
     )
     worker_metrics_host: str = Field("127.0.0.1", description="Where a worker serves its Prometheus /metrics.")
     worker_metrics_port: int = Field(
-        9464, ge=0, le=65535, description="Port of a worker's /metrics (0: not served). A second worker "
+        9464,
+        ge=0,
+        le=65535,
+        description="Port of a worker's /metrics (0: not served). A second worker "
         "on one host finds it taken and runs without (logged); give each its own port there.",
     )
     otel_endpoint: str | None = Field(
@@ -152,8 +157,9 @@ class Settings(BaseSettings):
 
     milvus_uri: str | None = Field(None, description="Milvus URI; None uses the embedded vector index.")
     embedder: Literal["e5", "minilm", "hashing", "openai"] = Field(
-        "e5", description="e5: multilingual-e5-small 4-bit in-process (Chinese and English); minilm: "
-        "all-MiniLM-L6-v2 int8 ONNX (English only, ~8x cheaper); openai: an embeddings endpoint."
+        "e5",
+        description="e5: multilingual-e5-small 4-bit in-process (Chinese and English); minilm: "
+        "all-MiniLM-L6-v2 int8 ONNX (English only, ~8x cheaper); openai: an embeddings endpoint.",
     )
     embedder_model_path: Path | None = Field(None, description="Explicit MiniLM .onnx file or folder.")
     embedder_url: str | None = Field(None, description="OpenAI-compatible base URL for embedder='openai'.")
@@ -179,7 +185,8 @@ class Settings(BaseSettings):
     llm_num_gpus: float = Field(0.0, ge=0, description="GPUs per llm replica (1 for vLLM on a GPU node).")
 
     proxy_upstream_url: str | None = Field(
-        None, description="OpenAI-compatible server the proxy (/v1/chat/completions) forwards to, root or /v1 root; "
+        None,
+        description="OpenAI-compatible server the proxy (/v1/chat/completions) forwards to, root or /v1 root; "
         "None: llm_url when llm_engine='openai'.",
     )
     proxy_upstream_api_key: SecretStr | None = Field(None, description="Bearer key the proxy sends upstream.")
@@ -196,7 +203,9 @@ class Settings(BaseSettings):
         512, ge=0, description="Tokens of the window kept for the answer when the request sets no max_tokens."
     )
     proxy_recall_reserve: int = Field(
-        1536, ge=0, description="Tokens of the prompt kept for a session's first recall while compaction runs beside "
+        1536,
+        ge=0,
+        description="Tokens of the prompt kept for a session's first recall while compaction runs beside "
         "it (at most half the prompt; later requests use the last recall's size); a larger recall has the array "
         "compacted again to the exact room.",
     )
@@ -245,8 +254,9 @@ class Settings(BaseSettings):
 
     def rate_limit_for(self, tenant: str) -> RateLimit:
         """The tenant's override, else the default rate and burst."""
-        return self.rate_limits.get(tenant) or RateLimit(per_second=self.rate_limit_per_second,
-                                                         burst=self.rate_limit_burst)  # fmt: skip
+        return self.rate_limits.get(tenant) or RateLimit(
+            per_second=self.rate_limit_per_second, burst=self.rate_limit_burst
+        )
 
     def to_env(self) -> dict[str, str]:
         """These settings as ``MNEMOFLOW_*`` variables, so a child process (the Faust worker) sees the same."""

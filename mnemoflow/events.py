@@ -35,8 +35,14 @@ class TurnIn(_Strict):
     role: Literal["user", "assistant"]
     content: str = Field(max_length=MAX_TEXT_CHARS)
     ts: AwareDatetime | None = Field(None, description="When the message was said; the server's time if absent.")
-    name: str | None = Field(None, min_length=1, max_length=128, description=(
-        "Who said it (OpenAI's message `name`), e.g. the user's display name: atoms then name their subject."))
+    name: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        description=(
+            "Who said it (OpenAI's message `name`), e.g. the user's display name: atoms then name their subject."
+        ),
+    )
 
 
 class ToolResultIn(_Strict):

@@ -98,8 +98,11 @@ async def run_checks(
     for name, task in tasks.items():
         if not task.done():
             task.cancel()
-            results.append(CheckResult(name=name, ok=False, detail=f"no answer within {timeout:g}s",
-                                       latency_ms=round(timeout * 1000, 1)))  # fmt: skip
+            results.append(
+                CheckResult(
+                    name=name, ok=False, detail=f"no answer within {timeout:g}s", latency_ms=round(timeout * 1000, 1)
+                )
+            )
             continue
         latency_ms = round((finished.get(name, timer()) - started) * 1000, 1)
         if task.cancelled():

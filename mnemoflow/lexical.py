@@ -108,8 +108,9 @@ def bm25_scores(query: str, docs: Sequence[str]) -> list[float]:
     if not wanted or not tfs:
         return [0.0] * len(tfs)
     avg = sum(sum(tf.values()) for tf in tfs) / len(tfs) or 1.0
-    idf = {t: math.log(1 + (len(tfs) - df + 0.5) / (df + 0.5))
-           for t in wanted if (df := sum(1 for tf in tfs if t in tf))}
+    idf = {
+        t: math.log(1 + (len(tfs) - df + 0.5) / (df + 0.5)) for t in wanted if (df := sum(1 for tf in tfs if t in tf))
+    }
     out = []
     for tf in tfs:
         norm = BM25_K1 * (1 - BM25_B + BM25_B * sum(tf.values()) / avg)

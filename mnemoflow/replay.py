@@ -69,8 +69,15 @@ def from_messages(messages: list[dict[str, Any]], name: str, user: str, start: d
             answered[call_id] = answered.get(call_id, 0) + 1  # some recorded runs reuse a call id
             unique = call_id if answered[call_id] == 1 else f"{call_id}_dup{answered[call_id]}"
             replay.items.append(
-                ToolResultIn(tool_call_id=safe_id(unique), session=session, user=user, tool_name=tool,
-                             arguments=args, content=_text(msg.get("content")), ts=ts)  # fmt: skip
+                ToolResultIn(
+                    tool_call_id=safe_id(unique),
+                    session=session,
+                    user=user,
+                    tool_name=tool,
+                    arguments=args,
+                    content=_text(msg.get("content")),
+                    ts=ts,
+                )
             )
     return replay
 

@@ -34,7 +34,6 @@ __all__ = [
 ]
 
 
-
 @dataclass(frozen=True, slots=True)
 class ScriptedCall:
     """One request :class:`ScriptedLLM` received (a validation retry is a second call with ``attempt=2``)."""
@@ -75,10 +74,16 @@ class ScriptedLLM(StructuredEngine):
     def push(self, *responses: Response) -> None:
         self._responses.extend(responses)
 
-
     async def _send(self, request: StructuredRequest) -> RawReply:
-        call = ScriptedCall(list(request.messages), request.output_model, request.schema, request.max_tokens,
-                            request.temperature, request.stage, request.attempt)
+        call = ScriptedCall(
+            list(request.messages),
+            request.output_model,
+            request.schema,
+            request.max_tokens,
+            request.temperature,
+            request.stage,
+            request.attempt,
+        )
         self.calls.append(call)
         if not self._responses:
             raise AssertionError(f"ScriptedLLM ran out of responses at call {len(self.calls)} (stage {call.stage!r})")
@@ -89,8 +94,9 @@ class ScriptedLLM(StructuredEngine):
             response = response(call)
         text = response.model_dump_json() if isinstance(response, BaseModel) else response
         prompt_tokens = sum(len(m.content.split()) for m in request.messages)
-        return RawReply(text=text, prompt_tokens=prompt_tokens, completion_tokens=len(text.split()),
-                        finish_reason="stop")
+        return RawReply(
+            text=text, prompt_tokens=prompt_tokens, completion_tokens=len(text.split()), finish_reason="stop"
+        )
 
 
 class ManualClock:

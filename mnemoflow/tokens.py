@@ -142,8 +142,14 @@ def _fit(directory: str) -> None:  # pragma: no cover - calibration tool, run by
     rel = np.abs(pred[big] - y[big]) / y[big]
     old = np.abs(np.array([len(t) / 4 for t in texts])[big] - y[big]) / y[big]
     print("weights", [round(float(w), 4) for w in weights], "strings", len(texts), "tokens", int(y.sum()))
-    print("total error", round(float(pred.sum() / y.sum() - 1), 4), "median", round(statistics.median(rel), 4),
-          "p90", round(float(np.quantile(rel, 0.9)), 4))
+    print(
+        "total error",
+        round(float(pred.sum() / y.sum() - 1), 4),
+        "median",
+        round(statistics.median(rel), 4),
+        "p90",
+        round(float(np.quantile(rel, 0.9)), 4),
+    )
     print("chars/4 total", round(sum(len(t) for t in texts) / 4 / y.sum() - 1, 4), "p90", np.quantile(old, 0.9))
 
 

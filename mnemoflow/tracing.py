@@ -132,8 +132,9 @@ class Tracing:
         links: Sequence[Link] = (),
     ) -> Iterator[Span]:
         """A span made current for the block, child of ``parent`` (None: of the current context, if any)."""
-        with self._tracer.start_as_current_span(name, context=parent, kind=kind, attributes=attributes,
-                                                links=links) as span:  # fmt: skip
+        with self._tracer.start_as_current_span(
+            name, context=parent, kind=kind, attributes=attributes, links=links
+        ) as span:
             yield span
 
     @contextmanager
@@ -151,8 +152,9 @@ class Tracing:
             span = spans.get(raw)
             if span is None:
                 parent = extract_headers(record.headers) if raw is not None else None
-                span = spans[raw] = self._tracer.start_span(name, context=parent or Context(), kind=SpanKind.CONSUMER,
-                                                            attributes=attributes)  # fmt: skip
+                span = spans[raw] = self._tracer.start_span(
+                    name, context=parent or Context(), kind=SpanKind.CONSUMER, attributes=attributes
+                )
             of_key[record.key] = span  # the last record of a key (a user, a session) names its trace onward
         done = BatchTrace(list(spans.values()), of_key)
         try:
@@ -223,13 +225,15 @@ class TraceExport:
 
     def start(self, plane: Plane) -> Tracing:
         if self.span_dir is not None:
-            return Tracing.to(SpanFileExporter(self.span_dir, plane), plane, batch=False,
-                              sample_ratio=self.sample_ratio)  # fmt: skip
+            return Tracing.to(
+                SpanFileExporter(self.span_dir, plane), plane, batch=False, sample_ratio=self.sample_ratio
+            )
         try:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         except ImportError as exc:  # pragma: no cover - the runtime extra installs it
-            raise ImportError("OTLP export needs opentelemetry-exporter-otlp-proto-http: "
-                              "pip install 'mnemoflow[otel]'") from exc  # fmt: skip
+            raise ImportError(
+                "OTLP export needs opentelemetry-exporter-otlp-proto-http: pip install 'mnemoflow[otel]'"
+            ) from exc
         assert self.endpoint is not None
         url = self.endpoint.rstrip("/")
         url = url if url.endswith("/v1/traces") else url + "/v1/traces"

@@ -68,8 +68,9 @@ def create_api(
     ``tracing`` None: no spans (the default); else a submission's span continues a ``traceparent`` the caller
     sent, and its records carry the span's context to the worker."""
     app = FastAPI(title="mnemoflow", version="0.1.0", description="Memory service for fleets of LLM agents.")
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
-                       suffix_limits={"/import": settings.max_import_bytes})
+    app.add_middleware(
+        BodyLimit, max_bytes=settings.max_body_bytes, suffix_limits={"/import": settings.max_import_bytes}
+    )
     gate = TenantGate(KeyRing(settings.api_keys), RateLimiter(settings.rate_limit_for, timer))
     deps = ApiDeps(settings, bus, LocalFileStore(settings.data_dir), session_state, compact, recaller_factory)
     checks = dict(health_checks(deps)) if health_checks is not None else {}
@@ -105,8 +106,12 @@ def create_api(
             yield None
             return
         route = request.scope["route"].path
-        attributes = {"http.request.method": request.method, "http.route": route, "mnemoflow.tenant": tenant,
-                      "mnemoflow.events": events}  # fmt: skip
+        attributes = {
+            "http.request.method": request.method,
+            "http.route": route,
+            "mnemoflow.tenant": tenant,
+            "mnemoflow.events": events,
+        }
         parent = extract_headers({k: v.encode() for k, v in request.headers.items() if k in TRACE_HEADERS})
         with tracing.span(f"{request.method} {route}", parent, attributes, SpanKind.SERVER):
             yield inject_headers()

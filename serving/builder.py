@@ -102,9 +102,14 @@ def ensure_curators(settings: Settings, *, detached: bool) -> list[Any]:
         max_interval=timedelta(seconds=s.l2_max_interval_seconds),
     )
     return build_curators(
-        s.curator_shards, s.data_dir, s.ray_namespace, tick_seconds=s.curator_tick_seconds, timing=timing,
-        llm_factory=llm_factory(s), lifetime=_lifetime(detached),
-    )  # fmt: skip
+        s.curator_shards,
+        s.data_dir,
+        s.ray_namespace,
+        tick_seconds=s.curator_tick_seconds,
+        timing=timing,
+        llm_factory=llm_factory(s),
+        lifetime=_lifetime(detached),
+    )
 
 
 def wait_for_app(name: str, timeout: float, poll: float = 2.0) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from mnemoflow.errors import ServiceUnavailable
 
@@ -16,7 +17,7 @@ Headers = list[tuple[str, bytes]]
 
 class EventBus(Protocol):
     async def publish(
-        self, topic: str, records: list[tuple[str, bytes, int | None]], headers: Headers | None = None
+        self, topic: str, records: Sequence[tuple[str, bytes, int | None]], headers: Headers | None = None
     ) -> None:
         """Produce ``(key, value, partition or None)`` records in order; return when all are acknowledged.
         ``headers`` go on every record (the request's trace context, when tracing is on)."""
@@ -33,7 +34,7 @@ class KafkaBus:
         self._producer = None
         self._lock = asyncio.Lock()
 
-    async def _get(self):  # type: ignore[no-untyped-def]
+    async def _get(self) -> Any:
         from aiokafka import AIOKafkaProducer
 
         async with self._lock:
@@ -46,7 +47,7 @@ class KafkaBus:
         return self._producer
 
     async def publish(
-        self, topic: str, records: list[tuple[str, bytes, int | None]], headers: Headers | None = None
+        self, topic: str, records: Sequence[tuple[str, bytes, int | None]], headers: Headers | None = None
     ) -> None:
         from aiokafka.errors import KafkaError
 

@@ -41,9 +41,13 @@ class ExtractorServer:
         make_llm = llm_factory(settings)
         extractor, judge = l1_engines(make_llm() if make_llm else None)
         self._pipeline = L1Pipeline(
-            files=LocalFileStore(settings.data_dir, fsync=settings.fsync_files), store=self.store, embedder=embedder,
-            extractor=extractor, judge=judge, clock=SystemClock(),
-        )  # fmt: skip
+            files=LocalFileStore(settings.data_dir, fsync=settings.fsync_files),
+            store=self.store,
+            embedder=embedder,
+            extractor=extractor,
+            judge=judge,
+            clock=SystemClock(),
+        )
         self._running: dict[tuple[str, str], asyncio.Task[Any]] = {}
         self._batch_sizes: deque[int] = deque(maxlen=1000)
         self._locks: dict[tuple[str, str], tuple[asyncio.Lock, list[int]]] = {}
@@ -129,19 +133,30 @@ async def traced_pass(
     attributes = {"mnemoflow.tenant": tenant}
     with tracing.span("mnemoflow.extractor.l1_pass", from_traceparent(parent), attributes, SpanKind.SERVER) as span:
         result = await run()
-        span.set_attributes({
-            "mnemoflow.l1.windows": result.windows, "mnemoflow.l1.stored": result.stored,
-            "mnemoflow.l1.updated": result.updated, "mnemoflow.l1.merged": result.merged,
-            "mnemoflow.l1.skipped": result.skipped, "mnemoflow.l1.atom_ids": result.atom_ids[:MAX_ATOM_IDS],
-        })  # fmt: skip
+        span.set_attributes(
+            {
+                "mnemoflow.l1.windows": result.windows,
+                "mnemoflow.l1.stored": result.stored,
+                "mnemoflow.l1.updated": result.updated,
+                "mnemoflow.l1.merged": result.merged,
+                "mnemoflow.l1.skipped": result.skipped,
+                "mnemoflow.l1.atom_ids": result.atom_ids[:MAX_ATOM_IDS],
+            }
+        )
         return result
 
 
 def _operation_applier(settings: Settings, pipeline: L1Pipeline, embedder: Any, store: Any) -> OperationApplier:
     """Memory operations over the same files, index and dedup as the L1 passes; SQLite is scrubbed on erase."""
     scrub = None if settings.milvus_uri else functools.partial(scrub_sqlite_index, index_path(settings))
-    return OperationApplier.over(files=LocalFileStore(settings.data_dir, fsync=settings.fsync_files), store=store,
-                                 embedder=embedder, clock=SystemClock(), pipeline=pipeline, scrub=scrub)
+    return OperationApplier.over(
+        files=LocalFileStore(settings.data_dir, fsync=settings.fsync_files),
+        store=store,
+        embedder=embedder,
+        clock=SystemClock(),
+        pipeline=pipeline,
+        scrub=scrub,
+    )
 
 
 def build_extractor_app(settings: Settings, replicas: int = 1, max_batch_size: int = 16) -> Any:

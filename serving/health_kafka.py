@@ -58,6 +58,9 @@ class KafkaProbe:
         from aiokafka import TopicPartition
 
         admin, consumer = await self._clients()
+        described: Any
+        committed: Any
+        topics: Any
         described, committed, topics = await asyncio.gather(
             admin.describe_consumer_groups([self._group]),
             admin.list_consumer_group_offsets(self._group),

@@ -27,5 +27,5 @@ def keep_replica_on_loopback() -> None:
     def bind_on_loopback(server: Any, address: str) -> int:
         return bind(server, address.replace("[::]", LOOPBACK, 1))
 
-    bind_on_loopback.loopback_only = True  # type: ignore[attr-defined]
+    bind_on_loopback.loopback_only = True  # type: ignore[attr-defined]  # a marker on the function: patch once
     replica.add_port_to_grpc_server = bind_on_loopback

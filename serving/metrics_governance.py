@@ -22,10 +22,12 @@ class GovernanceCollector(Collector):
         self._files = files
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        erased = GaugeMetricFamily("mnemoflow_erased", "Users and sessions erased (tombstones kept)",
-                                   labels=["tenant", "kind"])  # fmt: skip
-        expired = GaugeMetricFamily("mnemoflow_expired", "Raw data removed by the retention sweep, since the start",
-                                    labels=["tenant", "kind"])  # fmt: skip
+        erased = GaugeMetricFamily(
+            "mnemoflow_erased", "Users and sessions erased (tombstones kept)", labels=["tenant", "kind"]
+        )
+        expired = GaugeMetricFamily(
+            "mnemoflow_expired", "Raw data removed by the retention sweep, since the start", labels=["tenant", "kind"]
+        )
         for tenant in self._files.list_dir(""):
             if tenant in SERVICE_DIRS or not self._files.list_dir(tenant):
                 continue

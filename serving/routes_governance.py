@@ -96,8 +96,9 @@ def governance_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         never_accepted = known is not None and known.status == "failed" and known.applied_at is None
         if known is None or known.status == "pending" or never_accepted:
             now = known.submitted_at if known else datetime.now(UTC)
-            pending = OperationStatus(id=oid, kind=op.kind, status="pending", fingerprint=fingerprint(op),
-                                      submitted_at=now)  # fmt: skip
+            pending = OperationStatus(
+                id=oid, kind=op.kind, status="pending", fingerprint=fingerprint(op), submitted_at=now
+            )
             if known is None or never_accepted:
                 await asyncio.to_thread(ops.put, tenant, pending)
             event = OperationEvent(tenant=tenant, operation_id=oid, op=op, submitted_at=now)
@@ -125,9 +126,12 @@ def governance_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
 
     @router.get("/v1/users/{user}/atoms", response_model=AtomPage)
     async def list_atoms(
-        user: PathId, tenant: Tenant, where: Annotated[AtomFilter, Query()],
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100, cursor: str | None = None,
-    ) -> AtomPage:  # fmt: skip
+        user: PathId,
+        tenant: Tenant,
+        where: Annotated[AtomFilter, Query()],
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        cursor: str | None = None,
+    ) -> AtomPage:
         """The user's live atoms, oldest first, filtered; ``next_cursor`` fetches the next page."""
         log = records(tenant, user)
         return page(await asyncio.to_thread(log.read, False), where, limit, cursor)
@@ -141,8 +145,14 @@ def governance_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         return versions
 
     @router.patch("/v1/users/{user}/atoms/{atom_id}", status_code=202, response_model=OperationStatus)
-    async def patch_atom(user: PathId, atom_id: PathId, body: AtomPatch, tenant: Tenant,
-                         idempotency_key: IdempotencyKey = None, wait: Wait = 0) -> JSONResponse:
+    async def patch_atom(
+        user: PathId,
+        atom_id: PathId,
+        body: AtomPatch,
+        tenant: Tenant,
+        idempotency_key: IdempotencyKey = None,
+        wait: Wait = 0,
+    ) -> JSONResponse:
         """A new version superseding the atom (re-embedded, provenance kept, marked manual)."""
         if body.text is None and body.type is None and body.priority is None:
             raise HTTPException(422, "a patch needs at least one of text, type, priority")
@@ -151,30 +161,34 @@ def governance_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         return await submit(tenant, op, idempotency_key, wait)
 
     @router.delete("/v1/users/{user}/atoms/{atom_id}", status_code=202, response_model=OperationStatus)
-    async def delete_atom(user: PathId, atom_id: PathId, tenant: Tenant,
-                          idempotency_key: IdempotencyKey = None, wait: Wait = 0) -> JSONResponse:
+    async def delete_atom(
+        user: PathId, atom_id: PathId, tenant: Tenant, idempotency_key: IdempotencyKey = None, wait: Wait = 0
+    ) -> JSONResponse:
         """Delete the atom: gone from the index and recall when applied, from scenes and persona at their pass."""
         await known_atom(tenant, user, atom_id)
         return await submit(tenant, DeleteAtom(user=user, atom_id=atom_id), idempotency_key, wait)
 
     @router.post("/v1/users/{user}/memories", status_code=202, response_model=OperationStatus)
-    async def remember(user: PathId, body: MemoryIn, tenant: Tenant,
-                       idempotency_key: IdempotencyKey = None, wait: Wait = 0) -> JSONResponse:
+    async def remember(
+        user: PathId, body: MemoryIn, tenant: Tenant, idempotency_key: IdempotencyKey = None, wait: Wait = 0
+    ) -> JSONResponse:
         """Store a memory without extraction, through the similarity gate and dedup (a near-duplicate is
         skipped: the applied status says which)."""
         return await submit(tenant, Remember(user=user, **body.model_dump()), idempotency_key, wait)
 
     @router.delete("/v1/users/{user}", status_code=202, response_model=OperationStatus)
-    async def erase_user(user: PathId, tenant: Tenant, idempotency_key: IdempotencyKey = None,
-                         wait: Wait = 0) -> JSONResponse:
+    async def erase_user(
+        user: PathId, tenant: Tenant, idempotency_key: IdempotencyKey = None, wait: Wait = 0
+    ) -> JSONResponse:
         """Remove everything of the user (L0, records, scenes, persona, state, index rows, their sessions) and
         leave a tombstone: their turns said before the erase, re-delivered or re-sent, are dropped."""
         records(tenant, user)
         return await submit(tenant, EraseUser(user=user), idempotency_key, wait)
 
     @router.delete("/v1/sessions/{session}", status_code=202, response_model=OperationStatus)
-    async def erase_session(session: PathId, tenant: Tenant, idempotency_key: IdempotencyKey = None,
-                            wait: Wait = 0) -> JSONResponse:
+    async def erase_session(
+        session: PathId, tenant: Tenant, idempotency_key: IdempotencyKey = None, wait: Wait = 0
+    ) -> JSONResponse:
         """Remove the session's refs, offload entries, annotations, canvases and state; tombstone it."""
         if not deps.files.exists(Layout.session_dir(tenant, session)):
             raise HTTPException(404, f"no session {session}")
@@ -186,8 +200,9 @@ def governance_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         records(tenant, user)
         spool = tempfile.SpooledTemporaryFile(max_size=8 << 20)
         model = (await deps.recaller()).store.embedding_model
-        await asyncio.to_thread(export_user, deps.files, tenant, user, spool, embedding_model=model,
-                                at=datetime.now(UTC), sessions=sessions)  # fmt: skip
+        await asyncio.to_thread(
+            export_user, deps.files, tenant, user, spool, embedding_model=model, at=datetime.now(UTC), sessions=sessions
+        )
         spool.seek(0)
 
         async def chunks() -> AsyncIterator[bytes]:
@@ -201,8 +216,9 @@ def governance_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         return StreamingResponse(chunks(), media_type="application/x-tar", headers=headers)
 
     @router.post("/v1/users/{user}/import", status_code=202, response_model=OperationStatus)
-    async def import_bundle(user: PathId, request: Request, tenant: Tenant,
-                            idempotency_key: IdempotencyKey = None, wait: Wait = 0) -> JSONResponse:
+    async def import_bundle(
+        user: PathId, request: Request, tenant: Tenant, idempotency_key: IdempotencyKey = None, wait: Wait = 0
+    ) -> JSONResponse:
         """Load a bundle (the request body, at most ``max_import_bytes``) as this user; the worker writes its files
         and indexes its atoms."""
         oid = idempotency_key or f"op-{uuid.uuid4().hex}"

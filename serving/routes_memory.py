@@ -1,6 +1,5 @@
 """Long-term memory routes: recall before a turn, the agent tools, drill-down, persona and scenes, session end."""
 
-
 import asyncio
 from datetime import UTC, date, datetime
 from typing import Annotated, Any, Literal
@@ -113,8 +112,13 @@ def memory_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
     @router.post("/v1/sessions/{session}/end", status_code=202)
     async def end_session(session: PathId, body: SessionEnd, tenant: Tenant) -> dict[str, str]:
         """The host closed a session: extract the user's pending turns now, not after the idle timeout."""
-        job = L1Job(kind="session_end", tenant=tenant, user=body.user, reason=f"session {session} ended",
-                    requested_at=datetime.now(UTC))  # fmt: skip
+        job = L1Job(
+            kind="session_end",
+            tenant=tenant,
+            user=body.user,
+            reason=f"session {session} ended",
+            requested_at=datetime.now(UTC),
+        )
         await deps.bus.publish(TOPIC_JOBS, [(job.key, job.model_dump_json().encode(), None)])
         return {"status": "accepted"}
 

@@ -1,6 +1,5 @@
 """Short-term memory routes: compaction, drill-down from a canvas node to raw tool output, canvases, entries."""
 
-
 import base64
 from typing import Annotated, Any
 
@@ -59,6 +58,8 @@ def offload_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
             raise HTTPException(404, f"no entries for node {node_id} in session {session}")
         out = []
         for entry, raw in found:
+            text: str | None
+            b64: str | None
             try:
                 text, b64 = (raw.decode("utf-8"), None) if raw is not None else (None, None)
             except UnicodeDecodeError:

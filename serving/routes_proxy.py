@@ -10,7 +10,7 @@ after it is delivered, so capture adds nothing to the answer's latency.
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -74,7 +74,7 @@ def _passed_headers(response: httpx.Response, ours: dict[str, str]) -> dict[str,
     return {**kept, **ours}
 
 
-def _openai_error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def _openai_error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
     kind = "invalid_request_error" if status < 500 else "api_error"
     body = {"error": {"message": message, "type": kind, "param": None, "code": None}, "detail": message}
     return JSONResponse(body, status, headers)

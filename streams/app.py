@@ -68,8 +68,9 @@ def raw_record(message: Any) -> RawRecord:
 
 def traced_record(message: Any) -> RawRecord:
     """:func:`raw_record` with the record's headers (the trace context), read only when tracing is on."""
-    return RawRecord(message.value or b"", message.key, message.topic, message.partition, message.offset,
-                     message.headers)  # fmt: skip
+    return RawRecord(
+        message.value or b"", message.key, message.topic, message.partition, message.offset, message.headers
+    )
 
 
 def build_app(
@@ -109,8 +110,9 @@ def build_app(
     commands = app.topic(TOPIC_COMMANDS, partitions=settings.turns_partitions, **raw)
     out = {TOPIC_JOBS: jobs, TOPIC_DEAD_LETTERS: app.topic(TOPIC_DEAD_LETTERS, partitions=1, **raw)}
 
-    ctx = HandlerContext(SystemClock(), RetryPolicy(attempts=settings.worker_max_attempts), WriterThread(),
-                         tracing=tracing)  # fmt: skip
+    ctx = HandlerContext(
+        SystemClock(), RetryPolicy(attempts=settings.worker_max_attempts), WriterThread(), tracing=tracing
+    )
     to_record = raw_record if tracing is None else traced_record
     files = LocalFileStore(settings.data_dir, fsync=settings.fsync_files)
     scheduler = L1Scheduler(files)

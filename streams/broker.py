@@ -133,9 +133,15 @@ def spawn(
         log_file.parent.mkdir(parents=True, exist_ok=True)
     with log_file.open("ab") if log_file else open("/dev/null", "wb") as out:
         return subprocess.Popen(
-            cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_die_with_parent,
-        )  # fmt: skip
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout: float) -> None:

@@ -200,20 +200,34 @@ class EmbeddedKafka(LoopbackProcess):
         props = self.workdir / "server.properties"
         props.write_text(
             server_properties(
-                self.workdir, self.port, self.controller_port,
-                fsync_each_batch=self.fsync_each_batch, auto_create_topics=self.auto_create_topics,
+                self.workdir,
+                self.port,
+                self.controller_port,
+                fsync_each_batch=self.fsync_each_batch,
+                auto_create_topics=self.auto_create_topics,
             )
-        )  # fmt: skip
+        )
         (self.workdir / "log4j2.properties").write_text(_LOG4J2)
         (self.workdir / "ports.json").write_text(json.dumps({"port": self.port, "controller": self.controller_port}))
         java = self._java_cmd()
         began = time.monotonic()
         if not (self.workdir / "data" / "meta.properties").exists():
             fmt = subprocess.run(
-                [*java, "kafka.tools.StorageTool", "format", "--ignore-formatted",
-                 f"--cluster-id={_cluster_id()}", "-c", str(props)],  # "=": an id may start with "-"
-                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=False,
-            )  # fmt: skip
+                [
+                    *java,
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "--ignore-formatted",
+                    f"--cluster-id={_cluster_id()}",
+                    "-c",
+                    str(props),
+                ],  # "=": an id may start with "-"
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
             if fmt.returncode != 0:
                 raise ServiceUnavailable(
                     f"formatting Kafka's log folder failed:\n{fmt.stdout[-3000:]}{fmt.stderr[-3000:]}"

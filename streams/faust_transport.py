@@ -43,6 +43,8 @@ agents run while a large batch is delivered."""
 
 
 class BatchDrainConsumer(aiokafka_driver.Consumer):
+    _n_acked: int  # faust's acknowledgement count (typed here: faust's own modules are not type-checked)
+
     async def _drain_messages(self, fetcher: Service) -> None:  # pragma: no cover - runs inside a live consumer
         consumer_should_stop = self._stopped.is_set
         fetcher_should_stop = fetcher._stopped.is_set

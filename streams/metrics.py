@@ -47,23 +47,34 @@ class WorkerMetrics:
         self.consumed = Counter(
             "mnemoflow_worker_events_consumed", "Records handed to a handler", ["topic"], registry=r
         )
-        self.applied = Counter("mnemoflow_worker_events_applied", "Records whose effect was written", ["topic"],
-                               registry=r)  # fmt: skip
-        self.skipped = Counter("mnemoflow_worker_events_skipped",
-                               "Records already applied (re-deliveries, known ids, erased users)", ["topic"],
-                               registry=r)  # fmt: skip
-        self.dead = Counter("mnemoflow_worker_events_dead_lettered", "Records parked on mnemoflow.dead-letters",
-                            ["topic"], registry=r)  # fmt: skip
-        self.batch_seconds = Histogram("mnemoflow_worker_batch_seconds",
-                                       "A batch from its handler's start to its outcome produced", ["topic"],
-                                       registry=r)  # fmt: skip
-        self.jobs_published = Counter("mnemoflow_worker_l1_jobs_published", "L1 jobs put on mnemoflow.jobs",
-                                      registry=r)  # fmt: skip
-        self.l1_runs = Counter("mnemoflow_worker_l1_runs", "L1 passes the job handler ran, by result", ["result"],
-                               registry=r)  # fmt: skip
-        self.lag = Gauge("mnemoflow_worker_consumer_lag",
-                         "Records in an assigned partition past this worker's fetch position (highwater - position)",
-                         ["topic", "partition"], registry=r)  # fmt: skip
+        self.applied = Counter(
+            "mnemoflow_worker_events_applied", "Records whose effect was written", ["topic"], registry=r
+        )
+        self.skipped = Counter(
+            "mnemoflow_worker_events_skipped",
+            "Records already applied (re-deliveries, known ids, erased users)",
+            ["topic"],
+            registry=r,
+        )
+        self.dead = Counter(
+            "mnemoflow_worker_events_dead_lettered", "Records parked on mnemoflow.dead-letters", ["topic"], registry=r
+        )
+        self.batch_seconds = Histogram(
+            "mnemoflow_worker_batch_seconds",
+            "A batch from its handler's start to its outcome produced",
+            ["topic"],
+            registry=r,
+        )
+        self.jobs_published = Counter("mnemoflow_worker_l1_jobs_published", "L1 jobs put on mnemoflow.jobs", registry=r)
+        self.l1_runs = Counter(
+            "mnemoflow_worker_l1_runs", "L1 passes the job handler ran, by result", ["result"], registry=r
+        )
+        self.lag = Gauge(
+            "mnemoflow_worker_consumer_lag",
+            "Records in an assigned partition past this worker's fetch position (highwater - position)",
+            ["topic", "partition"],
+            registry=r,
+        )
 
     def batch(self, topic: str, consumed: int, outcome: Outcome, seconds: float) -> None:
         counts = tally(consumed, outcome)

@@ -60,8 +60,9 @@ async def ensure_topics(bootstrap: str, settings: Settings, timeout: float = 60.
         await _grow(admin, {name: n for name, n in wanted.items() if have[name] < n}, have, deadline)
         for name, n in wanted.items():
             if have[name] > n:
-                log.warning("topic %s has %d partitions, settings ask for %d: the extra ones stay unused", name,
-                            have[name], n)  # fmt: skip
+                log.warning(
+                    "topic %s has %d partitions, settings ask for %d: the extra ones stay unused", name, have[name], n
+                )
     finally:
         await admin.close()
 
@@ -70,8 +71,11 @@ async def _partition_counts(admin: AIOKafkaAdminClient, wanted: dict[str, int], 
     """Partitions of each topic, once the broker's metadata shows every one of them (a topic created a moment ago,
     here or by another process starting at the same time, is described without partitions until then)."""
     while True:
-        counts = {t["topic"]: len(t["partitions"]) for t in await admin.describe_topics(list(wanted))
-                  if not t.get("error_code")}  # fmt: skip
+        counts = {
+            t["topic"]: len(t["partitions"])
+            for t in await admin.describe_topics(list(wanted))
+            if not t.get("error_code")
+        }
         if all(counts.get(name, 0) > 0 for name in wanted):
             return counts
         if asyncio.get_running_loop().time() > deadline:
@@ -94,8 +98,10 @@ async def _grow(admin: AIOKafkaAdminClient, grow: dict[str, int], have: dict[str
         await admin.create_partitions({name: NewPartitions(total_count=n) for name, n in grow.items()})
     except InvalidPartitionsError:  # another process starting at the same time grew it first
         pass
-    log.warning("grew topics %s (sessions and users move to the partitions of their new shards)",
-                ", ".join(f"{name} {have[name]}->{n}" for name, n in grow.items()))  # fmt: skip
+    log.warning(
+        "grew topics %s (sessions and users move to the partitions of their new shards)",
+        ", ".join(f"{name} {have[name]}->{n}" for name, n in grow.items()),
+    )
     while any(count < grow[name] for name, count in (await _partition_counts(admin, grow, deadline)).items()):
         if asyncio.get_running_loop().time() > deadline:  # the new partitions reach the metadata a moment later
             raise ServiceUnavailable(f"Kafka did not show the new partitions of {', '.join(grow)} in time")

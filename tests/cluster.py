@@ -154,8 +154,9 @@ class LocalCluster:
             },
         )
         self.second_node = self.ray_cluster.add_node(**node, resources={SECOND_RESOURCE: 1})
-        ray.init(address=self.ray_cluster.address, namespace="mnemoflow", logging_level=logging.WARNING,
-                 log_to_driver=False)  # fmt: skip
+        ray.init(
+            address=self.ray_cluster.address, namespace="mnemoflow", logging_level=logging.WARNING, log_to_driver=False
+        )
         # The second node is registered, but the scheduler may not see its resources yet (a loaded machine delays
         # the sync): a soft node affinity to it then falls back to the head, and every shard lands there (seen in
         # a clean-clone run). Actors are created once the cluster's resource view has both nodes.
@@ -260,8 +261,11 @@ class LocalCluster:
         from ray._private.state import state
 
         table = state.actor_table(None, actor_state_name="ALIVE")
-        return {a["Name"]: {**a["Address"], "Pid": a["Pid"], "NumRestarts": a["NumRestarts"]}
-                for a in table.values() if a["ActorClassName"] == class_name}  # fmt: skip
+        return {
+            a["Name"]: {**a["Address"], "Pid": a["Pid"], "NumRestarts": a["NumRestarts"]}
+            for a in table.values()
+            if a["ActorClassName"] == class_name
+        }
 
     def shard_nodes(self) -> dict[str, str]:
         """Which node each live session shard runs on, by shard name."""
@@ -273,11 +277,16 @@ class LocalCluster:
         import psutil
         from ray._private import ray_constants
 
-        raylets = {n.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
-                   for n in (self.ray_cluster.head_node, self.second_node)}  # fmt: skip
+        raylets = {
+            n.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
+            for n in (self.ray_cluster.head_node, self.second_node)
+        }
         tag = f"ray::ServeReplica:{'mnemoflow' if deployment == 'api' else deployment}:{deployment}"
-        return sorted(p.pid for p in psutil.process_iter(["cmdline", "ppid"])
-                      if p.info["ppid"] in raylets and (p.info["cmdline"] or [""])[0].startswith(tag))  # fmt: skip
+        return sorted(
+            p.pid
+            for p in psutil.process_iter(["cmdline", "ppid"])
+            if p.info["ppid"] in raylets and (p.info["cmdline"] or [""])[0].startswith(tag)
+        )
 
     # -- helpers -----------------------------------------------------------------------------------------------
 

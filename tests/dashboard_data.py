@@ -58,10 +58,15 @@ def _task(task: str, calls: int) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = [{"role": "user", "content": task}]
     for i in range(calls):
         cid = f"{task[:3]}_{i}"
-        call = {"id": cid, "type": "function",
-                "function": {"name": ["view", "edit", "bash"][i % 3], "arguments": '{"path": "a.py"}'}}  # fmt: skip
-        messages += [{"role": "assistant", "content": None, "tool_calls": [call]},
-                     {"role": "tool", "tool_call_id": cid, "content": f"{cid}\n{RAW}"}]  # fmt: skip
+        call = {
+            "id": cid,
+            "type": "function",
+            "function": {"name": ["view", "edit", "bash"][i % 3], "arguments": '{"path": "a.py"}'},
+        }
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": cid, "content": f"{cid}\n{RAW}"},
+        ]
     return messages
 
 
@@ -69,14 +74,26 @@ def build(root: Path) -> Dashboard:
     """Tenant ``acme``: user ``ana`` (L0, atoms, scenes, persona) and session ``run-1`` (two long tasks, so two
     canvases); tenant ``other``: user ``bob``. The app has no broker (nothing here writes)."""
     files, clock, emb = LocalFileStore(root, fsync=False), ManualClock(T0), HashingEmbedder(64)
-    turns = [TurnEvent(tenant="acme", message_id=f"m{i}", user=USER, session=SESSION, role="user", content=text,
-                       ts=T0) for i, text in enumerate(SAID)]  # fmt: skip
-    turns.append(TurnEvent(tenant="other", message_id="b0", user="bob", session="b", role="user",
-                           content="I am Bob and I keep bees.", ts=T0))  # fmt: skip
+    turns = [
+        TurnEvent(tenant="acme", message_id=f"m{i}", user=USER, session=SESSION, role="user", content=text, ts=T0)
+        for i, text in enumerate(SAID)
+    ]
+    turns.append(
+        TurnEvent(
+            tenant="other",
+            message_id="b0",
+            user="bob",
+            session="b",
+            role="user",
+            content="I am Bob and I keep bees.",
+            ts=T0,
+        )
+    )
     L0Writer(files).write(turns)
     store = InMemoryVectorStore(dim=64, embedding_model=emb.model_id)
-    pipeline = L1Pipeline(files=files, store=store, embedder=emb, extractor=HeuristicExtractor(),
-                          judge=HeuristicJudge(), clock=clock)  # fmt: skip
+    pipeline = L1Pipeline(
+        files=files, store=store, embedder=emb, extractor=HeuristicExtractor(), judge=HeuristicJudge(), clock=clock
+    )
     asyncio.run(pipeline.run("acme", USER))
     asyncio.run(pipeline.run("other", "bob"))
     curator = Curator(files, clock, HeuristicSceneEngine(emb, min_new=1), HeuristicPersonaEngine())
@@ -84,8 +101,7 @@ def build(root: Path) -> Dashboard:
     history: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
     for task in TASKS:
         history += _task(task, 6)
-        asyncio.run(compact_session(files, "acme", SESSION, history, 200_000, clock=clock,
-                                    writer=OffloadWriter(files)))  # fmt: skip
+        asyncio.run(compact_session(files, "acme", SESSION, history, 200_000, clock=clock, writer=OffloadWriter(files)))
     settings = Settings(data_dir=root, api_keys={"acme": KEY, "other": OTHER_KEY})
 
     async def index() -> str:
@@ -94,6 +110,10 @@ def build(root: Path) -> Dashboard:
     async def broker() -> str:
         raise ServiceUnavailable("no broker in this test")
 
-    app = create_api(settings, ListBus(), recaller_factory=lambda: Recaller(store=store, embedder=emb, files=files),
-                     health_checks=lambda deps: {"atom_index": index, "broker": broker})  # fmt: skip
+    app = create_api(
+        settings,
+        ListBus(),
+        recaller_factory=lambda: Recaller(store=store, embedder=emb, files=files),
+        health_checks=lambda deps: {"atom_index": index, "broker": broker},
+    )
     return Dashboard(app, settings, canvases=len(TASKS))

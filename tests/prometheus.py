@@ -14,8 +14,11 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 def scrape(url: str) -> Samples:
     text = httpx.get(url, timeout=10).text
-    return {(sample.name, frozenset(sample.labels.items())): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}  # fmt: skip
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def total(samples: Samples, name: str, **labels: str) -> float:

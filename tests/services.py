@@ -124,8 +124,21 @@ def llama_cpp_server(gguf: Path, log: Path, n_ctx: int = 4096, timeout: float = 
     import httpx
 
     port = free_port()
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
-           "--port", str(port), "--n_ctx", str(n_ctx), "--model_alias", "smollm2"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(gguf),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(n_ctx),
+        "--model_alias",
+        "smollm2",
+    ]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -161,9 +174,13 @@ def official_mermaid_check(texts: list[str]) -> list[dict[str, object]]:
     if node is None or not (MERMAID_TOOL / "node_modules" / "mermaid").is_dir():
         raise FileNotFoundError("the official Mermaid check needs node and `npm ci --prefix tools/mermaid-check`")
     done = subprocess.run(
-        [node, str(MERMAID_TOOL / "check.mjs")], input=json.dumps(texts), capture_output=True, text=True,
-        timeout=300, check=False,
-    )  # fmt: skip
+        [node, str(MERMAID_TOOL / "check.mjs")],
+        input=json.dumps(texts),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"mermaid check failed: {done.stderr[-2000:]}")
     return json.loads(done.stdout)

@@ -34,19 +34,36 @@ def stub_upstream(reply: str = "Noted.", delay_s: float = 0.0) -> FastAPI:
         usage = {"prompt_tokens": messages_tokens(body["messages"]), "completion_tokens": len(reply.split())}
         if not body.get("stream"):
             message = {"role": "assistant", "content": reply}
-            return JSONResponse({"id": "cmpl-stub", "object": "chat.completion", "created": created, "model": model,
-                                 "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                                 "usage": {**usage, "total_tokens": sum(usage.values())}})  # fmt: skip
+            return JSONResponse(
+                {
+                    "id": "cmpl-stub",
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                    "usage": {**usage, "total_tokens": sum(usage.values())},
+                }
+            )
 
         async def events() -> AsyncIterator[bytes]:
             words = reply.split(" ")
             for i, word in enumerate(words):
                 piece = word if i == 0 else " " + word
-                chunk = {"id": "cmpl-stub", "object": "chat.completion.chunk", "created": created, "model": model,
-                         "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}  # fmt: skip
+                chunk = {
+                    "id": "cmpl-stub",
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}],
+                }
                 yield f"data: {json.dumps(chunk)}\n\n".encode()
-            last = {"id": "cmpl-stub", "object": "chat.completion.chunk", "created": created, "model": model,
-                    "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}  # fmt: skip
+            last = {
+                "id": "cmpl-stub",
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            }
             yield f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode()
 
         return StreamingResponse(events(), media_type="text/event-stream")

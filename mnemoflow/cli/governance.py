@@ -45,8 +45,9 @@ def export(
     model = build_embedder(settings).model_id
     stream = sys.stdout.buffer if str(out) == "-" else out.open("wb")
     try:
-        manifest = export_user(files, tenant, user, stream, embedding_model=model, at=datetime.now(UTC),
-                               sessions=sessions)  # fmt: skip
+        manifest = export_user(
+            files, tenant, user, stream, embedding_model=model, at=datetime.now(UTC), sessions=sessions
+        )
     finally:
         if stream is not sys.stdout.buffer:
             stream.close()
@@ -71,14 +72,17 @@ def import_(
     try:
         with bundle.open("rb") as fh:
             result = BundleImporter(LocalFileStore(settings.data_dir), store, embedder, SystemClock()).import_bundle(
-                fh, tenant, user)
+                fh, tenant, user
+            )
     finally:
         store.close()
     console.print(f"imported {result['files']} files as {tenant}/{user}; {result['atoms_indexed']} atoms indexed")
 
 
-def reindex(tenant: Annotated[str | None, typer.Option(help="Only this tenant (default: all).")] = None,
-            data_dir: DataDir = None) -> None:
+def reindex(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant (default: all).")] = None,
+    data_dir: DataDir = None,
+) -> None:
     """Rebuild the atom index from records/ alone (built beside the old file, then swapped in). Stack stopped."""
     from mnemoflow.embedding.factory import build_embedder
     from mnemoflow.governance.reindex import count_live, reindex_user, users
@@ -104,8 +108,7 @@ def reindex(tenant: Annotated[str | None, typer.Option(help="Only this tenant (d
     with Progress(console=console) as bar:
         task = bar.add_task("reindexing", total=sum(count_live(files, t, u) for t, u in everyone))
         for t, u in everyone:
-            done += reindex_user(files, store, embedder, SystemClock(), t, u,
-                                 progress=lambda n: bar.advance(task, n))  # fmt: skip
+            done += reindex_user(files, store, embedder, SystemClock(), t, u, progress=lambda n: bar.advance(task, n))
     store.close()
     if not settings.milvus_uri:
         for suffix in ("-wal", "-shm"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -156,8 +157,8 @@ def reembed(data_dir: Annotated[Path | None, typer.Option(help="Where the layers
     with Progress(console=console) as bar:
         task = bar.add_task(f"re-embedding with {embedder.model_id}", total=None)  # the index spans tenants
 
-        def embed(texts: list[str]) -> list[list[float]]:
-            vectors = embedder.embed(texts)
+        def embed(texts: Sequence[str]) -> Sequence[Sequence[float]]:
+            vectors = embedder.embed(list(texts))
             bar.advance(task, len(texts))
             return vectors
 

@@ -188,8 +188,12 @@ class Stack:
             urls.append(("worker", f"http://{host}:{port}/metrics"))
         for node in ray.nodes():
             if node["Alive"]:
-                urls.append((f"ray node {node['NodeID'][:8]}",
-                             f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"))  # fmt: skip
+                urls.append(
+                    (
+                        f"ray node {node['NodeID'][:8]}",
+                        f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics",
+                    )
+                )
         return urls
 
     @property
@@ -253,9 +257,12 @@ class Stack:
         import ray
         from ray.exceptions import ActorDiedError, GetTimeoutError, RayError
 
-        for part, handles, rebuild in (("session shards", self.shards, self._build_shards),
-                                       ("curators", self.curators, self._build_curators)):  # fmt: skip
+        for part, handles, rebuild in (
+            ("session shards", self.shards, self._build_shards),
+            ("curators", self.curators, self._build_curators),
+        ):
             try:
+                # Actor handles (held as ``object``) get ``.remote`` from Ray at runtime, hence the ignore.
                 ray.get([h.stats.remote() for h in handles], timeout=10)  # type: ignore[attr-defined]
             except ActorDiedError:
                 self._restart(part, now, rebuild, done)  # get_if_exists keeps the live ones
@@ -295,7 +302,7 @@ class Stack:
                 serve.shutdown()
                 for handle in [*self.shards, *self.curators]:
                     with contextlib.suppress(Exception):
-                        ray.kill(handle)  # type: ignore[arg-type]
+                        ray.kill(handle)
                 self.shards, self.curators = [], []
                 if self._own_ray:
                     log.info("stopping Ray")

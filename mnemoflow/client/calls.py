@@ -55,7 +55,7 @@ def _model(model: type[M]) -> Callable[[httpx.Response], M]:
 
 
 def _list(model: type[M]) -> Callable[[httpx.Response], list[M]]:
-    adapter = TypeAdapter(list[model])  # type: ignore[valid-type]
+    adapter = TypeAdapter(list[model])  # type: ignore[valid-type]  # the item model is a runtime argument
     return lambda r: adapter.validate_json(r.content)
 
 
@@ -149,14 +149,25 @@ def remember(
     """Direct write (``POST /v1/users/{user}/memories``): stored without extraction, through dedup. ``wait``
     seconds for it to be applied (the answer then says ``applied``), else it answers ``pending``."""
     body = {k: v for k, v in {"text": text, "type": type, "priority": priority}.items() if v is not None}
-    return Call("POST", f"/v1/users/{_seg(user)}/memories", _model(OperationStatus), json=body,
-                params={"wait": wait}, headers=_operation_key("remember", user, body))  # fmt: skip
+    return Call(
+        "POST",
+        f"/v1/users/{_seg(user)}/memories",
+        _model(OperationStatus),
+        json=body,
+        params={"wait": wait},
+        headers=_operation_key("remember", user, body),
+    )
 
 
 def forget(user: str, atom_id: str, wait: float = 0) -> Call[OperationStatus]:
     """Delete an atom (``DELETE /v1/users/{user}/atoms/{id}``): a tombstone, gone from the index and recall."""
-    return Call("DELETE", f"/v1/users/{_seg(user)}/atoms/{_seg(atom_id)}", _model(OperationStatus),
-                params={"wait": wait}, headers=_operation_key("forget", user, atom_id))  # fmt: skip
+    return Call(
+        "DELETE",
+        f"/v1/users/{_seg(user)}/atoms/{_seg(atom_id)}",
+        _model(OperationStatus),
+        params={"wait": wait},
+        headers=_operation_key("forget", user, atom_id),
+    )
 
 
 def atoms(user: str, where: AtomFilter | None = None, limit: int = 100, cursor: str | None = None) -> Call[AtomPage]:

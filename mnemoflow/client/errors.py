@@ -67,8 +67,13 @@ class ApiUnreachable(MnemoflowError):
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {
-    400: InvalidRequest, 401: Unauthorized, 404: NotFound, 409: Conflict, 413: PayloadTooLarge, 422: InvalidRequest,
-}  # fmt: skip
+    400: InvalidRequest,
+    401: Unauthorized,
+    404: NotFound,
+    409: Conflict,
+    413: PayloadTooLarge,
+    422: InvalidRequest,
+}
 
 
 def error_for(response: httpx.Response) -> ApiError:

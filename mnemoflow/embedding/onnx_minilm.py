@@ -215,6 +215,7 @@ def _from_hf_cache(cache: Path) -> MiniLMFiles | None:
     for snap in snapshots:
         model, tokenizer = snap / "onnx" / "model.onnx", snap / "tokenizer.json"
         if model.is_file():
-            return MiniLMFiles(model, tokenizer if tokenizer.is_file() else BUNDLED_TOKENIZER,
-                               "all-MiniLM-L6-v2", "hf-cache")
+            return MiniLMFiles(
+                model, tokenizer if tokenizer.is_file() else BUNDLED_TOKENIZER, "all-MiniLM-L6-v2", "hf-cache"
+            )
     return None

@@ -53,8 +53,16 @@ class OperationApplier:
         self._editor, self._eraser, self._importer = editor, eraser, importer
 
     @classmethod
-    def over(cls, *, files: FileStore, store: VectorStore, embedder: Embedder, clock: Clock, pipeline: L1Pipeline,
-             scrub: Scrub | None = None) -> OperationApplier:
+    def over(
+        cls,
+        *,
+        files: FileStore,
+        store: VectorStore,
+        embedder: Embedder,
+        clock: Clock,
+        pipeline: L1Pipeline,
+        scrub: Scrub | None = None,
+    ) -> OperationApplier:
         """The applier over the same files, index and dedup as the L1 passes (``pipeline``)."""
         editor = AtomEditor(files=files, store=store, embedder=embedder, clock=clock, pipeline=pipeline)
         return cls(editor, Eraser(files, store, scrub), BundleImporter(files, store, embedder, clock))
@@ -77,7 +85,8 @@ class OperationApplier:
             case EraseUser():  # seconds of file and index work: off the caller's event loop
                 return dict(await asyncio.to_thread(self._eraser.erase_user, tenant, op.user, event.submitted_at, oid))
             case EraseSession():
-                return dict(await asyncio.to_thread(
-                    self._eraser.erase_session, tenant, op.session, event.submitted_at, oid))
+                return dict(
+                    await asyncio.to_thread(self._eraser.erase_session, tenant, op.session, event.submitted_at, oid)
+                )
             case ImportUser():
                 return dict(await asyncio.to_thread(self._importer.import_staged, tenant, op))

@@ -27,8 +27,9 @@ def edit_id(tenant: str, user: str, operation_id: str) -> str:
 
 
 class AtomEditor:
-    def __init__(self, *, files: FileStore, store: VectorStore, embedder: Embedder, clock: Clock,
-                 pipeline: L1Pipeline) -> None:
+    def __init__(
+        self, *, files: FileStore, store: VectorStore, embedder: Embedder, clock: Clock, pipeline: L1Pipeline
+    ) -> None:
         self._files, self._store, self._embedder, self._clock = files, store, embedder, clock
         self._pipeline = pipeline
 
@@ -46,11 +47,22 @@ class AtomEditor:
             state = f"replaced by {old.superseded_by}" if old.deleted_at is None else "deleted"
             raise Conflict(f"atom {op.atom_id} was {state}; edit the current version")
         now = self._clock.now()
-        new = old.model_copy(update={
-            "id": new_id, "content": op.text or old.content, "type": op.type or old.type,
-            "priority": old.priority if op.priority is None else op.priority, "created": now, "updated": now,
-            "action": "edit", "merged_from": [old.id], "origin": "manual", "operation_id": operation_id,
-            "superseded_by": None, "valid_to": None})  # fmt: skip
+        new = old.model_copy(
+            update={
+                "id": new_id,
+                "content": op.text or old.content,
+                "type": op.type or old.type,
+                "priority": old.priority if op.priority is None else op.priority,
+                "created": now,
+                "updated": now,
+                "action": "edit",
+                "merged_from": [old.id],
+                "origin": "manual",
+                "operation_id": operation_id,
+                "superseded_by": None,
+                "valid_to": None,
+            }
+        )
         RecordLog(self._files, tenant, op.user).append([new], [(old.id, new_id)], now)
         vector = self._embedder.embed([new.content])[0]
         self._store.upsert([L1Pipeline.row(tenant, op.user, new, vector, now)])
@@ -72,5 +84,8 @@ class AtomEditor:
         (plan,) = await self._pipeline.deduper.plan(tenant, op.user, [atom])
         result = L1RunResult()
         self._pipeline.write_plans(tenant, op.user, [plan], {}, result, operation_id=operation_id)
-        return {"action": plan.action, "atom_id": atom.id if plan.action != "skip" else None,
-                "replaces": [t.id for t in plan.targets]}
+        return {
+            "action": plan.action,
+            "atom_id": atom.id if plan.action != "skip" else None,
+            "replaces": [t.id for t in plan.targets],
+        }

@@ -72,12 +72,12 @@ def _walk(files: FileStore, path: str) -> Iterator[str]:
 def bundle_members(files: FileStore, tenant: str, user: str, sessions: bool) -> list[tuple[str, str]]:
     """(member name, stored path) of everything a bundle holds for this user."""
     home = Layout.user_dir(tenant, user)
-    out = [(f"user/{p[len(home) + 1:]}", p) for part in _USER_PARTS for p in _walk(files, f"{home}/{part}")]
+    out = [(f"user/{p[len(home) + 1 :]}", p) for part in _USER_PARTS for p in _walk(files, f"{home}/{part}")]
     if sessions:
         names = sorted({m.session for m in read_l0(files, tenant, user, limit=10**9)})
         for s in names:
             folder = Layout.session_dir(tenant, s)
-            out += [(f"sessions/{s}/{p[len(folder) + 1:]}", p) for p in _walk(files, folder)]
+            out += [(f"sessions/{s}/{p[len(folder) + 1 :]}", p) for p in _walk(files, folder)]
     return out
 
 
@@ -87,8 +87,16 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def export_user(files: FileStore, tenant: str, user: str, out: IO[bytes], *, embedding_model: str, at: datetime,
-                sessions: bool = False) -> Manifest:
+def export_user(
+    files: FileStore,
+    tenant: str,
+    user: str,
+    out: IO[bytes],
+    *,
+    embedding_model: str,
+    at: datetime,
+    sessions: bool = False,
+) -> Manifest:
     """Write the bundle to ``out`` (any writable stream; nothing is seeked). Returns its manifest."""
     manifest = Manifest(tenant=tenant, user=user, embedding_model=embedding_model, created_at=at)
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:

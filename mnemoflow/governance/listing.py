@@ -34,15 +34,17 @@ class AtomFilter(BaseModel):
     def matches(self, r: L1Record) -> bool:
         words = (self.text or "").lower().split()
         content = r.content.lower()
-        return ((self.type is None or r.type == self.type)
-                and (self.min_priority is None or r.priority >= self.min_priority)
-                and (self.max_priority is None or r.priority <= self.max_priority)
-                and (self.created_after is None or r.created >= self.created_after)
-                and (self.created_before is None or r.created < self.created_before)
-                and (self.updated_after is None or r.updated >= self.updated_after)
-                and (self.updated_before is None or r.updated < self.updated_before)
-                and (self.scene is None or r.scene_name == self.scene)
-                and all(w in content for w in words))  # fmt: skip
+        return (
+            (self.type is None or r.type == self.type)
+            and (self.min_priority is None or r.priority >= self.min_priority)
+            and (self.max_priority is None or r.priority <= self.max_priority)
+            and (self.created_after is None or r.created >= self.created_after)
+            and (self.created_before is None or r.created < self.created_before)
+            and (self.updated_after is None or r.updated >= self.updated_after)
+            and (self.updated_before is None or r.updated < self.updated_before)
+            and (self.scene is None or r.scene_name == self.scene)
+            and all(w in content for w in words)
+        )
 
 
 class AtomPage(BaseModel):
@@ -98,8 +100,12 @@ def history(records: Sequence[L1Record], atom_id: str) -> list[AtomVersion]:
             continue
         seen.add(rid)
         todo += by_id[rid].merged_from + after.get(rid, [])
-    out = [AtomVersion(record=by_id[i], made_by=by_id[i].origin, event=by_id[i].action, at=by_id[i].created)
-           for i in seen]
-    out += [AtomVersion(record=by_id[i], made_by="manual", event="delete", at=by_id[i].deleted_at)
-            for i in seen if by_id[i].deleted_at is not None]  # type: ignore[misc]
+    out = [
+        AtomVersion(record=by_id[i], made_by=by_id[i].origin, event=by_id[i].action, at=by_id[i].created) for i in seen
+    ]
+    out += [
+        AtomVersion(record=by_id[i], made_by="manual", event="delete", at=by_id[i].deleted_at)
+        for i in seen
+        if by_id[i].deleted_at is not None
+    ]
     return sorted(out, key=lambda v: (v.at, v.event == "delete", v.record.id))

@@ -26,8 +26,17 @@ def users(files: FileStore, tenant: str | None = None) -> Iterator[tuple[str, st
             yield t, u
 
 
-def reindex_user(files: FileStore, store: VectorStore, embedder: Embedder, clock: Clock, tenant: str, user: str,
-                 *, batch: int = 256, progress: Progress | None = None) -> int:
+def reindex_user(
+    files: FileStore,
+    store: VectorStore,
+    embedder: Embedder,
+    clock: Clock,
+    tenant: str,
+    user: str,
+    *,
+    batch: int = 256,
+    progress: Progress | None = None,
+) -> int:
     """Upsert a row for every live record of the user; rows of records no longer live are deleted. Returns rows
     written."""
     records = RecordLog(files, tenant, user).read(live_only=False)

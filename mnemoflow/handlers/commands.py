@@ -24,7 +24,7 @@ from mnemoflow.retry import RetriesExhausted
 log = logging.getLogger(__name__)
 
 
-AtomsChanged = Callable[[str, str], Awaitable[None]]
+AtomsChanged = Callable[[str, str], Awaitable[object]]
 """Told after an operation changed a user's atoms (the user's curator then takes them out of scenes and persona)."""
 _CHANGES_ATOMS = ("patch_atom", "delete_atom", "remember")
 
@@ -32,8 +32,13 @@ _CHANGES_ATOMS = ("patch_atom", "delete_atom", "remember")
 class CommandsHandler:
     """``apply`` None: no extractor is wired to this worker; operations are parked and recorded as failed."""
 
-    def __init__(self, ctx: HandlerContext, files: FileStore, apply: ApplyOperation | None,
-                 atoms_changed: AtomsChanged | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ctx: HandlerContext,
+        files: FileStore,
+        apply: ApplyOperation | None,
+        atoms_changed: AtomsChanged | None = None,
+    ) -> None:
         self._ctx, self._apply, self._atoms_changed = ctx, apply, atoms_changed
         self._log = OperationLog(files)
 
@@ -63,11 +68,20 @@ class CommandsHandler:
             except RetriesExhausted as exc:
                 reply, park = OperationReply(ok=False, error=str(exc)), True
         status = OperationStatus(
-            id=event.operation_id, kind=event.op.kind, status="applied" if reply.ok else "failed",
-            fingerprint=event.fingerprint, submitted_at=event.submitted_at, applied_at=self._ctx.clock.now(),
-            reason=reply.error, result=reply.result)  # fmt: skip
-        await self._ctx.retry.call(lambda: self._ctx.blocking(lambda: self._log.put(event.tenant, status)),
-                                   "record the operation's outcome", self._ctx.sleep)  # fmt: skip
+            id=event.operation_id,
+            kind=event.op.kind,
+            status="applied" if reply.ok else "failed",
+            fingerprint=event.fingerprint,
+            submitted_at=event.submitted_at,
+            applied_at=self._ctx.clock.now(),
+            reason=reply.error,
+            result=reply.result,
+        )
+        await self._ctx.retry.call(
+            lambda: self._ctx.blocking(lambda: self._log.put(event.tenant, status)),
+            "record the operation's outcome",
+            self._ctx.sleep,
+        )
         if not reply.ok:
             log.warning("operation %s (%s) failed: %s", event.operation_id, event.op.kind, reply.error)
         elif self._atoms_changed is not None and event.op.kind in _CHANGES_ATOMS:

@@ -71,8 +71,9 @@ class HandlerContext:
         if not parsed.events:
             return Applied([], None, parsed.parked)
         try:
-            result = await self.retry.call(lambda: self.blocking(lambda: write(parsed.events)), f"write {what}",
-                                           self.sleep)  # fmt: skip
+            result = await self.retry.call(
+                lambda: self.blocking(lambda: write(parsed.events)), f"write {what}", self.sleep
+            )
         except RetriesExhausted as exc:
             now = self.clock.now()
             return Applied([], None, parsed.parked + [DeadLetter.of(r, str(exc), now) for r in parsed.records])

@@ -34,7 +34,7 @@ class L1Runner(Protocol):
     def __call__(self, tenant: str, user: str, /, *, traceparent: str | None = None) -> Awaitable[L1RunReply]: ...
 
 
-L1Done = Callable[[str, str], Awaitable[None]]
+L1Done = Callable[[str, str], Awaitable[object]]
 """Told after a successful pass (the user's curator schedules L2/L3)."""
 
 
@@ -90,8 +90,12 @@ class L1JobsHandler:
             from mnemoflow.tracing import traceparent
 
             # the job's trace (a job fired by a wake-up timer has none: its span starts a trace)
-            with tracing.span("mnemoflow.worker.l1_run", parents.get(f"{tenant}/{user}"),
-                              {"mnemoflow.tenant": tenant}, SpanKind.CONSUMER) as span:  # fmt: skip
+            with tracing.span(
+                "mnemoflow.worker.l1_run",
+                parents.get(f"{tenant}/{user}"),
+                {"mnemoflow.tenant": tenant},
+                SpanKind.CONSUMER,
+            ) as span:
                 reply = await run_l1(tenant, user, traceparent=traceparent())
                 span.set_attribute("mnemoflow.l1.ok", reply.ok)
                 if reply.result is not None:

@@ -33,8 +33,12 @@ class Outcome:
     def messages(self) -> list[Message]:
         """Everything to produce: the jobs, then the dead letters."""
         traced = self.job_headers
-        jobs = [Message(TOPIC_JOBS, job.key.encode(), job.model_dump_json().encode(),
-                        traced.get(job.key) if traced else None) for job in self.jobs]  # fmt: skip
+        jobs = [
+            Message(
+                TOPIC_JOBS, job.key.encode(), job.model_dump_json().encode(), traced.get(job.key) if traced else None
+            )
+            for job in self.jobs
+        ]
         dead = [Message(TOPIC_DEAD_LETTERS, d.key.encode() or None, d.model_dump_json().encode()) for d in self.parked]
         return jobs + dead
 

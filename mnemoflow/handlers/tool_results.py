@@ -43,17 +43,24 @@ class ToolResultsHandler:
         tracing = self._ctx.tracing
         if tracing is None:
             return await self._handle(records)
-        with tracing.batch("mnemoflow.worker.offload_write", records, {"messaging.destination.name":
-                           TOPIC_TOOL_RESULTS, "messaging.batch.message_count": len(records)}) as spans:  # fmt: skip
+        with tracing.batch(
+            "mnemoflow.worker.offload_write",
+            records,
+            {"messaging.destination.name": TOPIC_TOOL_RESULTS, "messaging.batch.message_count": len(records)},
+        ) as spans:
             return await self._handle(records, spans)
 
     async def _handle(self, records: Sequence[RawRecord], spans: BatchTrace | None = None) -> ToolResultsOutcome:
         applied = await self._ctx.apply(records, ToolResultEvent, "tool-result", self._write)
         outcome = ToolResultsOutcome(parked=applied.parked, appended=applied.result or [])
         if spans is not None:
-            spans.set_attributes({"mnemoflow.offload.entries": sum(len(a.new_entries) for a in outcome.appended),
-                                  "mnemoflow.offload.sessions": len(outcome.appended),
-                                  "mnemoflow.parked": len(outcome.parked)})  # fmt: skip
+            spans.set_attributes(
+                {
+                    "mnemoflow.offload.entries": sum(len(a.new_entries) for a in outcome.appended),
+                    "mnemoflow.offload.sessions": len(outcome.appended),
+                    "mnemoflow.parked": len(outcome.parked),
+                }
+            )
         if outcome.appended and self._notify is not None:
             try:
                 if spans is None:

@@ -35,11 +35,19 @@ class TurnsHandler:
         tracing = self._ctx.tracing
         if tracing is None:
             return await self._handle(records)
-        with tracing.batch("mnemoflow.worker.l0_write", records, {"messaging.destination.name": TOPIC_TURNS,
-                           "messaging.batch.message_count": len(records)}) as spans:  # fmt: skip
+        with tracing.batch(
+            "mnemoflow.worker.l0_write",
+            records,
+            {"messaging.destination.name": TOPIC_TURNS, "messaging.batch.message_count": len(records)},
+        ) as spans:
             outcome = await self._handle(records)
-            spans.set_attributes({"mnemoflow.l0.written": outcome.written, "mnemoflow.l0.skipped": outcome.skipped,
-                                  "mnemoflow.parked": len(outcome.parked)})  # fmt: skip
+            spans.set_attributes(
+                {
+                    "mnemoflow.l0.written": outcome.written,
+                    "mnemoflow.l0.skipped": outcome.skipped,
+                    "mnemoflow.parked": len(outcome.parked),
+                }
+            )
             for job in outcome.jobs:  # a job continues the trace of the user's last turn in the batch
                 headers = spans.headers_for(job.key)
                 if headers:

@@ -133,5 +133,6 @@ class StoreIdentity:
         that fuse inside their engine override it."""
         check_k(k)
         depth = candidate_depth(k, self._candidates)
+        # The adapter class that mixes this in defines both searches (a stub here would shadow them in the MRO).
         dense = self.dense_search(tenant, user, query_vector, depth, types)  # type: ignore[attr-defined]
         return rrf_fuse(dense, self.bm25_search(tenant, user, query_text, depth, types), k)  # type: ignore[attr-defined]

@@ -83,8 +83,14 @@ def create_atoms(client: Any, name: str, dim: int, timeout: float) -> None:
     s.add_field("sources", DataType.VARCHAR, max_length=65535)
     s.add_field("dense", DataType.FLOAT_VECTOR, dim=dim)
     s.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
-    s.add_function(Function(name="text_bm25", function_type=FunctionType.BM25,
-                            input_field_names=["terms"], output_field_names=["sparse"]))
+    s.add_function(
+        Function(
+            name="text_bm25",
+            function_type=FunctionType.BM25,
+            input_field_names=["terms"],
+            output_field_names=["sparse"],
+        )
+    )
     ip = client.prepare_index_params()
     ip.add_index("dense", index_type="FLAT", metric_type="COSINE")
     ip.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
@@ -112,12 +118,16 @@ def ensure_meta(client: Any, name: str, embedding_model: str, dim: int, timeout:
         ip.add_index("v", index_type="FLAT", metric_type="L2")
         client.create_collection(meta, schema=s, index_params=ip, consistency_level="Strong", timeout=timeout)
         write_meta(client, name, embedding_model, dim, timeout)
-    got = {r["key"]: r["value"] for r in client.query(meta, filter='key != ""', output_fields=["key", "value"],
-                                                      timeout=timeout)}
+    got = {
+        r["key"]: r["value"]
+        for r in client.query(meta, filter='key != ""', output_fields=["key", "value"], timeout=timeout)
+    }
     return got["embedding_model"], int(got["dim"])
 
 
 def write_meta(client: Any, name: str, embedding_model: str, dim: int, timeout: float) -> None:
-    rows = [{"key": "embedding_model", "value": embedding_model, "v": [0.0, 0.0]},
-            {"key": "dim", "value": str(dim), "v": [0.0, 0.0]}]
+    rows = [
+        {"key": "embedding_model", "value": embedding_model, "v": [0.0, 0.0]},
+        {"key": "dim", "value": str(dim), "v": [0.0, 0.0]},
+    ]
     client.upsert(f"{name}_meta", rows, timeout=timeout)

@@ -100,8 +100,10 @@ def _rebuild_fts(conn: Any) -> None:
     """Re-analyse every atom's text into the FTS table (one transaction, with the caller's)."""
     conn.execute("delete from atoms_fts")
     for rid, tenant, user, type_, text in list(conn.execute("select rid, tenant, user, type, text from atoms")):
-        conn.execute("insert into atoms_fts(rowid, ukey, atype, body) values (?, ?, ?, ?)",
-                     (rid, user_key(tenant, user), type_, analysed(text)))
+        conn.execute(
+            "insert into atoms_fts(rowid, ukey, atype, body) values (?, ?, ?, ?)",
+            (rid, user_key(tenant, user), type_, analysed(text)),
+        )
 
 
 def record_model(conn: Any, embedding_model: str, dim: int) -> None:

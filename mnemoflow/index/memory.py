@@ -63,7 +63,7 @@ class InMemoryVectorStore(StoreIdentity):
             raise StorageError("store is closed")
 
     @property
-    def _stored(self) -> tuple[str | None, int | None]:  # type: ignore[override]
+    def _stored(self) -> tuple[str | None, int | None]:  # type: ignore[override]  # a property for the base's field
         return self._index.embedding_model, self._index.dim
 
     def _fresh(self) -> None:
@@ -114,8 +114,11 @@ class InMemoryVectorStore(StoreIdentity):
         wanted = check_types(types)
         # Collection statistics are per user: that is the population a query ranks within.
         rows = list(self._scope(tenant, user).values())
-        scored = [(s, r) for s, r in zip(bm25_scores(query_text, [r.text for r in rows]), rows, strict=True)
-                  if s > 0 and (wanted is None or r.type in wanted)]
+        scored = [
+            (s, r)
+            for s, r in zip(bm25_scores(query_text, [r.text for r in rows]), rows, strict=True)
+            if s > 0 and (wanted is None or r.type in wanted)
+        ]
         scored.sort(key=lambda sr: (-sr[0], sr[1].id))
         return [Hit(id=r.id, score=s, bm25_rank=i, row=r) for i, (s, r) in enumerate(scored[:k], start=1)]
 

@@ -39,8 +39,14 @@ def _us(ts: datetime) -> int:
 def _row(e: dict[str, Any]) -> AtomRow:
     # Trusted: written by upsert after validation; float32 values come back as the floats we wrote.
     return AtomRow.model_construct(
-        id=e["atom_id"], tenant=e["tenant"], user=e["user"], type=e["type"], priority=int(e["priority"]),
-        text=e["text"], vector=[float(x) for x in e["dense"]], source_message_ids=json.loads(e["sources"]),
+        id=e["atom_id"],
+        tenant=e["tenant"],
+        user=e["user"],
+        type=e["type"],
+        priority=int(e["priority"]),
+        text=e["text"],
+        vector=[float(x) for x in e["dense"]],
+        source_message_ids=json.loads(e["sources"]),
         created=_EPOCH + timedelta(microseconds=e["created_us"]),
         updated=_EPOCH + timedelta(microseconds=e["updated_us"]),
     )
@@ -48,11 +54,18 @@ def _row(e: dict[str, Any]) -> AtomRow:
 
 def _entity(row: AtomRow) -> dict[str, Any]:
     return {
-        "pk": primary_key(row.tenant, row.user, row.id), "atom_id": row.id, "tenant": row.tenant,
-        "user": row.user, "type": row.type, "priority": row.priority, "text": row.text,
+        "pk": primary_key(row.tenant, row.user, row.id),
+        "atom_id": row.id,
+        "tenant": row.tenant,
+        "user": row.user,
+        "type": row.type,
+        "priority": row.priority,
+        "text": row.text,
         "terms": analysed(row.text) or "_",
-        "created_us": _us(row.created), "updated_us": _us(row.updated),
-        "sources": json.dumps(row.source_message_ids), "dense": row.vector,
+        "created_us": _us(row.created),
+        "updated_us": _us(row.updated),
+        "sources": json.dumps(row.source_message_ids),
+        "dense": row.vector,
     }
 
 
@@ -63,24 +76,49 @@ class MilvusVectorStore(StoreIdentity):
     per-list ranks); ``"client"`` runs both searches and fuses in Python, filling ``dense_rank``/``bm25_rank``.
     """
 
-    def __init__(self, client: Any, name: str, *, dim: int, embedding_model: str, candidates: int,
-                 timeout: float, fusion: Literal["server", "client"]) -> None:
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        *,
+        dim: int,
+        embedding_model: str,
+        candidates: int,
+        timeout: float,
+        fusion: Literal["server", "client"],
+    ) -> None:
         self._client, self._name, self._dim, self._model = client, name, dim, embedding_model
         self._candidates, self._timeout, self._fusion = candidates, timeout, fusion
         self._stored: tuple[str | None, int | None] = (embedding_model, dim)
 
     @classmethod
-    def open(cls, uri: str, *, dim: int, embedding_model: str, collection: str = "mnemoflow_atoms",
-             token: str = "", candidates: int = 50, timeout: float = 30.0,
-             fusion: Literal["server", "client"] = "server") -> MilvusVectorStore:
+    def open(
+        cls,
+        uri: str,
+        *,
+        dim: int,
+        embedding_model: str,
+        collection: str = "mnemoflow_atoms",
+        token: str = "",
+        candidates: int = 50,
+        timeout: float = 30.0,
+        fusion: Literal["server", "client"] = "server",
+    ) -> MilvusVectorStore:
         """Connect (a ``*.db`` path starts Milvus Lite) and create the collection if it is missing."""
         pymilvus = schema.vendor()
         with translate():
             client = pymilvus.MilvusClient(uri=uri, token=token)
             if not client.has_collection(collection, timeout=timeout):
                 schema.create_atoms(client, collection, dim, timeout)
-            store = cls(client, collection, dim=dim, embedding_model=embedding_model, candidates=candidates,
-                        timeout=timeout, fusion=fusion)
+            store = cls(
+                client,
+                collection,
+                dim=dim,
+                embedding_model=embedding_model,
+                candidates=candidates,
+                timeout=timeout,
+                fusion=fusion,
+            )
             store._stored = schema.ensure_meta(client, collection, embedding_model, dim, timeout)
             if not schema.has_terms(client, collection, timeout):
                 store._relayout(store._stored[1] or dim)
@@ -139,9 +177,16 @@ class MilvusVectorStore(StoreIdentity):
 
     def _search(self, data: Any, field: str, metric: str, expr: str, k: int) -> list[tuple[float, AtomRow]]:
         with translate():
-            res = self._client.search(self._name, data=[data], anns_field=field, filter=expr, limit=k,
-                                      search_params={"metric_type": metric}, output_fields=_FIELDS,
-                                      timeout=self._timeout)
+            res = self._client.search(
+                self._name,
+                data=[data],
+                anns_field=field,
+                filter=expr,
+                limit=k,
+                search_params={"metric_type": metric},
+                output_fields=_FIELDS,
+                timeout=self._timeout,
+            )
         return [(float(h["distance"]), _row(h["entity"])) for h in res[0]]
 
     def dense_search(
@@ -190,13 +235,17 @@ class MilvusVectorStore(StoreIdentity):
         self._fresh()
         pymilvus = schema.vendor()
         expr, vec = self._filter(tenant, user, check_types(types)), check_vector(query_vector, self._dim)
-        reqs = [pymilvus.AnnSearchRequest([vec], "dense", {"metric_type": "COSINE"}, limit=depth, expr=expr),
-                pymilvus.AnnSearchRequest([analysed(query_text)], "sparse", {"metric_type": "BM25"}, limit=depth,
-                                          expr=expr)]
+        reqs = [
+            pymilvus.AnnSearchRequest([vec], "dense", {"metric_type": "COSINE"}, limit=depth, expr=expr),
+            pymilvus.AnnSearchRequest(
+                [analysed(query_text)], "sparse", {"metric_type": "BM25"}, limit=depth, expr=expr
+            ),
+        ]
         try:
             with translate():
-                res = self._client.hybrid_search(self._name, reqs, pymilvus.RRFRanker(RRF_K), limit=k,
-                                                 output_fields=_FIELDS, timeout=self._timeout)
+                res = self._client.hybrid_search(
+                    self._name, reqs, pymilvus.RRFRanker(RRF_K), limit=k, output_fields=_FIELDS, timeout=self._timeout
+                )
         except StorageError as exc:
             if not self._no_rows_for_bm25(exc):
                 raise

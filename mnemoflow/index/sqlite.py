@@ -50,8 +50,15 @@ def _row(rec: Sequence[Any]) -> AtomRow:
     vector.frombytes(vec)
     # Trusted: written by upsert after validation, so skip re-validating 384 floats per hit.
     return AtomRow.model_construct(
-        id=atom_id, tenant=tenant, user=user, type=type_, priority=priority, text=text, vector=vector.tolist(),
-        created=datetime.fromisoformat(created), updated=datetime.fromisoformat(updated),
+        id=atom_id,
+        tenant=tenant,
+        user=user,
+        type=type_,
+        priority=priority,
+        text=text,
+        vector=vector.tolist(),
+        created=datetime.fromisoformat(created),
+        updated=datetime.fromisoformat(updated),
         source_message_ids=json.loads(sources),
     )
 
@@ -91,10 +98,14 @@ class SqliteVectorStore(StoreIdentity):
 
     def _insert_derived(self, rid: int, row: AtomRow, vector: Sequence[float]) -> None:
         key = user_key(row.tenant, row.user)
-        self._conn.execute("insert into atoms_fts(rowid, ukey, atype, body) values (?, ?, ?, ?)",
-                           (rid, key, row.type, analysed(row.text)))
-        self._conn.execute("insert into atoms_vec(rid, ukey, atype, embedding) values (?, ?, ?, ?)",
-                           (rid, key, row.type, _blob(vector)))
+        self._conn.execute(
+            "insert into atoms_fts(rowid, ukey, atype, body) values (?, ?, ?, ?)",
+            (rid, key, row.type, analysed(row.text)),
+        )
+        self._conn.execute(
+            "insert into atoms_vec(rid, ukey, atype, embedding) values (?, ?, ?, ?)",
+            (rid, key, row.type, _blob(vector)),
+        )
 
     def _delete_derived(self, rids: Sequence[int]) -> None:
         for rid in rids:
@@ -106,8 +117,18 @@ class SqliteVectorStore(StoreIdentity):
         rows = check_rows(rows, self._dim)
         with schema.translate(), self._conn:
             for row in rows:
-                params = (row.tenant, row.user, row.id, row.type, row.priority, row.text, row.created.isoformat(),
-                          row.updated.isoformat(), json.dumps(row.source_message_ids), _blob(row.vector))
+                params = (
+                    row.tenant,
+                    row.user,
+                    row.id,
+                    row.type,
+                    row.priority,
+                    row.text,
+                    row.created.isoformat(),
+                    row.updated.isoformat(),
+                    json.dumps(row.source_message_ids),
+                    _blob(row.vector),
+                )
                 (rid,) = self._conn.execute(_UPSERT, params).fetchone()
                 self._delete_derived([rid])
                 self._insert_derived(rid, row, row.vector)
@@ -139,8 +160,9 @@ class SqliteVectorStore(StoreIdentity):
         sql = f"select {_COLUMNS} from atoms where tenant = ? and user = ? and rid in ({_marks(len(rids))})"
         return {rec[0]: _row(rec) for rec in self._conn.execute(sql, (tenant, user, *rids))} if rids else {}
 
-    def _dense(self, tenant: str, user: str, vector: Sequence[float], k: int, types: Sequence[str] | None
-               ) -> list[tuple[int, float]]:
+    def _dense(
+        self, tenant: str, user: str, vector: Sequence[float], k: int, types: Sequence[str] | None
+    ) -> list[tuple[int, float]]:
         sql = "select rid, distance from atoms_vec where embedding match ? and k = ? and ukey = ?"
         params: list[Any] = [_blob(check_vector(vector, self._dim)), k, user_key(tenant, user)]
         if types is not None:
@@ -148,8 +170,7 @@ class SqliteVectorStore(StoreIdentity):
             params += types
         return [(rid, 1.0 - dist) for rid, dist in self._conn.execute(sql + " order by distance", params)]
 
-    def _bm25(self, tenant: str, user: str, text: str, k: int, types: Sequence[str] | None
-              ) -> list[tuple[int, float]]:
+    def _bm25(self, tenant: str, user: str, text: str, k: int, types: Sequence[str] | None) -> list[tuple[int, float]]:
         words = list(dict.fromkeys(terms(text)))
         if not words:
             return []
@@ -157,19 +178,28 @@ class SqliteVectorStore(StoreIdentity):
         body = " OR ".join('"' + t + '"' for t in words)
         match = f"ukey:{user_key(tenant, user)} AND body:({body})"
         if types is not None:
-            match += f' AND atype:({" OR ".join(types)})'
-        sql = ("select rowid, -bm25(atoms_fts, 0.0, 0.0, 1.0) as s from atoms_fts where atoms_fts match ? "
-               "order by bm25(atoms_fts, 0.0, 0.0, 1.0) limit ?")
+            match += f" AND atype:({' OR '.join(types)})"
+        sql = (
+            "select rowid, -bm25(atoms_fts, 0.0, 0.0, 1.0) as s from atoms_fts where atoms_fts match ? "
+            "order by bm25(atoms_fts, 0.0, 0.0, 1.0) limit ?"
+        )
         return list(self._conn.execute(sql, (match, k)))
 
     def _hits(self, tenant: str, user: str, ranked: list[tuple[int, float]], dense: bool) -> list[Hit]:
         rows = self._rows_by_rid(tenant, user, [rid for rid, _ in ranked])
-        hits = []
+        hits: list[Hit] = []
         for rid, score in ranked:
             if rid in rows:
                 rank = len(hits) + 1
-                hits.append(Hit(id=rows[rid].id, score=score, row=rows[rid],
-                                dense_rank=rank if dense else None, bm25_rank=None if dense else rank))
+                hits.append(
+                    Hit(
+                        id=rows[rid].id,
+                        score=score,
+                        row=rows[rid],
+                        dense_rank=rank if dense else None,
+                        bm25_rank=None if dense else rank,
+                    )
+                )
         return hits
 
     def dense_search(
@@ -206,8 +236,11 @@ class SqliteVectorStore(StoreIdentity):
             dense = [rid for rid, _ in self._dense(tenant, user, query_vector, depth, wanted)]
             fused = rrf_ranks(dense, [rid for rid, _ in self._bm25(tenant, user, query_text, depth, wanted)], k)
             rows = self._rows_by_rid(tenant, user, [rid for rid, *_ in fused])  # only the k winners
-        return [Hit(id=rows[rid].id, score=s, dense_rank=d, bm25_rank=b, row=rows[rid])
-                for rid, s, d, b in fused if rid in rows]
+        return [
+            Hit(id=rows[rid].id, score=s, dense_rank=d, bm25_rank=b, row=rows[rid])
+            for rid, s, d, b in fused
+            if rid in rows
+        ]
 
     def count(self, tenant: str, user: str | None = None) -> int:
         check_scope(tenant, user)
@@ -232,15 +265,20 @@ class SqliteVectorStore(StoreIdentity):
         with schema.translate(), self._conn:
             self._conn.execute("drop table if exists atoms_vec")
             self._conn.execute(schema.vec_ddl(self._dim, self._chunk_size))
-            while batch := list(self._conn.execute(
+            while batch := list(
+                self._conn.execute(
                     "select rid, tenant, user, type, text from atoms where rid > ? order by rid limit ?",
-                    (last, batch_size))):
+                    (last, batch_size),
+                )
+            ):
                 vectors = embed_fn([rec[4] for rec in batch])
                 for (rid, tenant, user, type_, _), vec in zip(batch, vectors, strict=True):
                     blob = _blob(check_vector(vec, self._dim))
                     self._conn.execute("update atoms set vec = ? where rid = ?", (blob, rid))
-                    self._conn.execute("insert into atoms_vec(rid, ukey, atype, embedding) values (?, ?, ?, ?)",
-                                       (rid, user_key(tenant, user), type_, blob))
+                    self._conn.execute(
+                        "insert into atoms_vec(rid, ukey, atype, embedding) values (?, ?, ?, ?)",
+                        (rid, user_key(tenant, user), type_, blob),
+                    )
                 done, last = done + len(batch), batch[-1][0]
             schema.record_model(self._conn, self._model, self._dim)
         self._stored = (self._model, self._dim)

@@ -84,10 +84,18 @@ class FakeOpenAIServer:
             "id": "chatcmpl-fake",
             "object": "chat.completion",
             "model": body.get("model", "fake"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text},
-                         "finish_reason": reply.finish_reason}],
-            "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": completion,
-                      "total_tokens": reply.prompt_tokens + completion},
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": reply.text},
+                    "finish_reason": reply.finish_reason,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": reply.prompt_tokens,
+                "completion_tokens": completion,
+                "total_tokens": reply.prompt_tokens + completion,
+            },
         }
 
     def _respond(self, behaviour: Behaviour, body: dict[str, Any]) -> tuple[int, bytes, dict[str, str]]:

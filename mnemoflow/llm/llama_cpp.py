@@ -31,7 +31,7 @@ class LlamaCppEngine(StructuredEngine):
         self._lock = asyncio.Lock()
 
     def _complete(self, request: StructuredRequest) -> dict[str, Any]:
-        return self._llm.create_chat_completion(  # type: ignore[return-value]
+        return self._llm.create_chat_completion(
             messages=[m.model_dump() for m in request.messages],
             max_tokens=request.max_tokens,
             temperature=request.temperature,

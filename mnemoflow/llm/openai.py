@@ -84,7 +84,6 @@ class OpenAIEngine(StructuredEngine):
         )
         self.usage = usage if usage is not None else LLMUsage()
 
-
     async def ping(self, timeout: float = 1.0) -> str:
         """Readiness: the server answers ``GET /v1/models``. Any answer but 401/403 or a 5xx counts: some servers
         (and the test fakes) serve chat completions without listing models; a refused key is not ready."""
@@ -114,8 +113,10 @@ class OpenAIEngine(StructuredEngine):
             "max_tokens": request.max_tokens,
             "temperature": request.temperature,
             "response_format": (
-                {"type": "json_schema", "json_schema": {"name": request.schema_name, "schema": request.schema,
-                                                        "strict": True}}
+                {
+                    "type": "json_schema",
+                    "json_schema": {"name": request.schema_name, "schema": request.schema, "strict": True},
+                }
                 if self._schema_format == "json_schema"
                 else {"type": "json_object", "schema": request.schema}
             ),
@@ -129,8 +130,9 @@ class OpenAIEngine(StructuredEngine):
                 delay = min(self._backoff_max_s, self._backoff_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
                 if last.retry_after is not None:
                     delay = max(delay, min(last.retry_after, self._backoff_max_s))
-                logger.info("llm stage=%s retry %d/%d in %.2fs: %s", request.stage, attempt, self._max_retries,
-                            delay, last)
+                logger.info(
+                    "llm stage=%s retry %d/%d in %.2fs: %s", request.stage, attempt, self._max_retries, delay, last
+                )
                 await self._sleep(delay)
             try:
                 return await self._post_once(body)
@@ -148,8 +150,9 @@ class OpenAIEngine(StructuredEngine):
         if status in _RETRY_STATUS or status >= 500:
             raise _Retryable(f"HTTP {status}: {response.text[:200]}", _retry_after(response))
         if status in _CONFIG_STATUS:
-            raise ConfigError(f"LLM server {self._url} answered {status} (check URL, model name and API key): "
-                              f"{response.text[:300]}")
+            raise ConfigError(
+                f"LLM server {self._url} answered {status} (check URL, model name and API key): {response.text[:300]}"
+            )
         if status >= 400:
             raise InvalidInput(f"LLM server {self._url} refused the request ({status}): {response.text[:500]}")
         return _parse(response)

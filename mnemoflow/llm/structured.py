@@ -155,6 +155,12 @@ class StructuredEngine:
         stage: str = "default",
     ) -> M:
         return await complete_structured(
-            self._send, messages, output_model,
-            max_tokens=max_tokens, temperature=temperature, stage=stage, usage=self.usage, timer=self.timer,
-        )  # fmt: skip
+            self._send,
+            messages,
+            output_model,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            stage=stage,
+            usage=self.usage,
+            timer=self.timer,
+        )

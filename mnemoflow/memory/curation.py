@@ -78,6 +78,7 @@ class CurationState(BaseModel):
 
 
 Status = Literal["applied", "skipped", "failed", "dropped"]
+PersonaStatus = Literal["generated", "skipped", "failed", "not_evaluated"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +94,7 @@ class CurationOutcome:
     updated: tuple[str, ...] = ()
     merged: tuple[str, ...] = ()
     deleted: tuple[str, ...] = ()
-    persona: Literal["generated", "skipped", "failed", "not_evaluated"] = "not_evaluated"
+    persona: PersonaStatus = "not_evaluated"
     persona_reason: str = ""
     error: str | None = None
     next_wakeup: datetime | None = None
@@ -110,19 +111,35 @@ class CurationOutcome:
 
 def to_scene_input(record: L1Record) -> SceneInput:
     """The documented L1 → L2 seam (:class:`SceneInput`): field by field."""
-    return SceneInput(id=record.id, type=record.type, priority=record.priority, content=record.content,
-                      created_at=record.created, updated_at=record.updated,
-                      said_at=max(record.timestamps, default=None))  # fmt: skip
+    return SceneInput(
+        id=record.id,
+        type=record.type,
+        priority=record.priority,
+        content=record.content,
+        created_at=record.created,
+        updated_at=record.updated,
+        said_at=max(record.timestamps, default=None),
+    )
 
 
 class Curator:
     """Runs L2 scenes and L3 persona for one user at a time, from the user's files and persisted state."""
 
-    def __init__(self, files: FileStore, clock: Clock, scene_engine: SceneEngine, persona_engine: PersonaEngine,
-                 timing: L2Timing = DEFAULT_TIMING, *, policy: ScenePolicy = DEFAULT_POLICY, batch_size: int = 20,
-                 every_n: int = EVERY_N, retry_base: timedelta = timedelta(seconds=30),
-                 activity_resolution: timedelta = timedelta(seconds=60), max_tracked_failures: int = 10_000,
-                 ) -> None:  # fmt: skip
+    def __init__(
+        self,
+        files: FileStore,
+        clock: Clock,
+        scene_engine: SceneEngine,
+        persona_engine: PersonaEngine,
+        timing: L2Timing = DEFAULT_TIMING,
+        *,
+        policy: ScenePolicy = DEFAULT_POLICY,
+        batch_size: int = 20,
+        every_n: int = EVERY_N,
+        retry_base: timedelta = timedelta(seconds=30),
+        activity_resolution: timedelta = timedelta(seconds=60),
+        max_tracked_failures: int = 10_000,
+    ) -> None:
         self.files, self.clock = files, clock
         self.scene_engine, self.persona_engine = scene_engine, persona_engine
         self.timing, self.policy, self.batch_size, self.every_n = timing, policy, batch_size, every_n
@@ -226,8 +243,9 @@ class Curator:
                 state = state.model_copy(update={"persona": state.persona.model_copy(update={"rewrite_pending": True})})
                 self._save(files, tenant, user, state)
             atoms = [to_scene_input(r) for r in records if r.live and state.cursor.admits(r)]
-            report = await run_scene_passes(scenes, self.scene_engine, atoms, now=self.clock.now,
-                                            policy=self.policy, batch_size=self.batch_size)  # fmt: skip
+            report = await run_scene_passes(
+                scenes, self.scene_engine, atoms, now=self.clock.now, policy=self.policy, batch_size=self.batch_size
+            )
         except MnemoflowError as exc:  # reading records or the journal recovery failed: nothing was committed
             return self._failed(tenant, user, f"L2: {exc}")
         committed = [o for o in report.outcomes if o.status == "applied"]
@@ -237,37 +255,60 @@ class Curator:
             cursor = cursor.advance(atoms, report.cursor)
         persona = state.persona
         if committed:
-            persona = after_scene_pass(persona, atoms=consumed, applied=any(o.changed or o.deleted for o in committed),
-                                       reason=report.persona_update_reason)  # fmt: skip
+            persona = after_scene_pass(
+                persona,
+                atoms=consumed,
+                applied=any(o.changed or o.deleted for o in committed),
+                reason=report.persona_update_reason,
+            )
         if report.error is not None:
             if committed:  # the committed windows are a successful step: keep them, retry the rest
                 self._save(files, tenant, user, state.model_copy(update={"cursor": cursor, "persona": persona}))
             return self._failed(tenant, user, f"L2: {report.error}", report, cursor.ts)
         result: sched.L2Result = "applied" if report.applied else "skipped"
         timer_before = state.timer
-        state = state.model_copy(update={
-            "cursor": cursor, "persona": persona,
-            "timer": sched.on_l2_done(timer_before, self.clock.now(), result, self.timing),
-        })  # fmt: skip
+        state = state.model_copy(
+            update={
+                "cursor": cursor,
+                "persona": persona,
+                "timer": sched.on_l2_done(timer_before, self.clock.now(), result, self.timing),
+            }
+        )
         self._save(files, tenant, user, state)
         self._failures.pop((tenant, user))
         return await self._after_l2(files, tenant, user, state, report, result, timer_before, scenes)
 
-    async def _after_l2(self, files: FileStore, tenant: str, user: str, state: CurationState,
-                        report: ScenePassReport, result: sched.L2Result, timer_before: L2Timer,
-                        scenes: SceneStore) -> CurationOutcome:  # fmt: skip
+    async def _after_l2(
+        self,
+        files: FileStore,
+        tenant: str,
+        user: str,
+        state: CurationState,
+        report: ScenePassReport,
+        result: sched.L2Result,
+        timer_before: L2Timer,
+        scenes: SceneStore,
+    ) -> CurationOutcome:
         """Navigation refresh and persona; a failure here is reported, the L2 step already stands. When scenes
         lost deleted memories the persona is written anew from them (it may still hold them)."""
         persona_store = PersonaStore(files, tenant, user)
-        error, p_status, p_reason = None, "not_evaluated", ""
+        error: str | None = None
+        p_status: PersonaStatus = "not_evaluated"
+        p_reason = ""
         forgot = state.persona.rewrite_pending
         try:
             if report.applied or forgot:
                 persona_store.refresh_navigation(scenes.load())
             if forgot or sched.l3_after_l2(timer_before, result):
                 new_persona, p_out = await generate_persona(
-                    persona_store, scenes, self.persona_engine, state.persona, now=self.clock.now(),
-                    every_n=self.every_n, rewrite="memories were deleted" if forgot else None)  # fmt: skip
+                    persona_store,
+                    scenes,
+                    self.persona_engine,
+                    state.persona,
+                    now=self.clock.now(),
+                    every_n=self.every_n,
+                    rewrite="memories were deleted" if forgot else None,
+                )
                 p_status, p_reason = p_out.status, p_out.reason
                 if new_persona != state.persona:
                     state = state.model_copy(update={"persona": new_persona})
@@ -277,16 +318,26 @@ class Curator:
             error, p_status, p_reason = f"L3: {exc}", "failed", str(exc)
         outs = [o for o in report.outcomes if o.status == "applied"]
         return CurationOutcome(
-            tenant, user, result, atoms=sum(o.atoms for o in outs), passes=len(outs),
-            created=tuple(n for o in outs for n in o.created), updated=tuple(n for o in outs for n in o.updated),
-            merged=tuple(n for o in outs for n in o.merged), deleted=tuple(n for o in outs for n in o.deleted),
-            persona=p_status, persona_reason=p_reason, error=error,  # type: ignore[arg-type]
-            next_wakeup=sched.next_wakeup(state.timer), cursor=state.cursor.ts,
+            tenant,
+            user,
+            result,
+            atoms=sum(o.atoms for o in outs),
+            passes=len(outs),
+            created=tuple(n for o in outs for n in o.created),
+            updated=tuple(n for o in outs for n in o.updated),
+            merged=tuple(n for o in outs for n in o.merged),
+            deleted=tuple(n for o in outs for n in o.deleted),
+            persona=p_status,
+            persona_reason=p_reason,
+            error=error,
+            next_wakeup=sched.next_wakeup(state.timer),
+            cursor=state.cursor.ts,
             scene_files=tuple(sorted(scenes.load())),
-        )  # fmt: skip
+        )
 
-    def _failed(self, tenant: str, user: str, reason: str, report: ScenePassReport | None = None,
-                cursor: datetime | None = None) -> CurationOutcome:  # fmt: skip
+    def _failed(
+        self, tenant: str, user: str, reason: str, report: ScenePassReport | None = None, cursor: datetime | None = None
+    ) -> CurationOutcome:
         """A failed run: retry after ``retry_base * 2**(n-1)``, capped at ``max_interval``."""
         key = (tenant, user)
         n = (self._failures.pop(key) or 0) + 1
@@ -294,5 +345,13 @@ class Curator:
         delay = min(self.retry_base * 2 ** min(n - 1, 20), self.timing.max_interval)
         log.error("curation %s/%s failed (%d in a row), retry in %s: %s", tenant, user, n, delay, reason)
         outs = [o for o in (report.outcomes if report else ()) if o.status == "applied"]
-        return CurationOutcome(tenant, user, "failed", atoms=sum(o.atoms for o in outs), passes=len(outs),
-                               error=reason, next_wakeup=self.clock.now() + delay, cursor=cursor)  # fmt: skip
+        return CurationOutcome(
+            tenant,
+            user,
+            "failed",
+            atoms=sum(o.atoms for o in outs),
+            passes=len(outs),
+            error=reason,
+            next_wakeup=self.clock.now() + delay,
+            cursor=cursor,
+        )

@@ -54,8 +54,13 @@ _LINE = TypeAdapter(_Line)
 
 def l0_line(event: TurnEvent) -> str:
     """The L0 JSON line of a validated turn."""
-    line: _Line = {"id": event.message_id, "session": event.session, "role": event.role, "content": event.content,
-                   "ts": event.ts}  # fmt: skip
+    line: _Line = {
+        "id": event.message_id,
+        "session": event.session,
+        "role": event.role,
+        "content": event.content,
+        "ts": event.ts,
+    }
     if event.name is not None:
         line["name"] = event.name
     return _LINE.dump_json(line).decode()

@@ -63,8 +63,10 @@ def heuristic_judge(user_text: str, active_canvas: str | None) -> Judgement:
 
 async def llm_judge(user_text: str, history: list[str], active_mermaid: str | None, llm: LLM) -> Judgement:
     reply = await llm.complete(
-        offload_boundary.build(user_text, history, active_mermaid), offload_boundary.BoundaryReply,
-        max_tokens=160, stage="offload_boundary",
+        offload_boundary.build(user_text, history, active_mermaid),
+        offload_boundary.BoundaryReply,
+        max_tokens=160,
+        stage="offload_boundary",
     )
     decision: BoundaryKind = reply.decision
     if decision == "continue" and active_mermaid is None:
@@ -98,12 +100,21 @@ def apply_judgement(
     elif judgement.decision == "short" or active is None:
         active = None
     boundary = Boundary(
-        start_seq=start, kind="long" if active else "short", canvas=active, decision=judgement.decision,
-        user_fingerprint=user_fingerprint, source=judgement.source, at=now,  # type: ignore[arg-type]
+        start_seq=start,
+        kind="long" if active else "short",
+        canvas=active,
+        decision=judgement.decision,
+        user_fingerprint=user_fingerprint,
+        source=judgement.source,
+        at=now,
     )
     kept = tuple(b for b in state.boundaries if b.start_seq != start)
-    update = {"boundaries": (*kept, boundary), "active_canvas": active, "canvas_counter": counter,
-              "last_user_fingerprint": user_fingerprint}
+    update = {
+        "boundaries": (*kept, boundary),
+        "active_canvas": active,
+        "canvas_counter": counter,
+        "last_user_fingerprint": user_fingerprint,
+    }
     return state.model_copy(update=update), canvas
 
 

@@ -106,9 +106,14 @@ def heuristic_ops(canvas: Canvas, batch: Sequence[OffloadEntry]) -> list[CanvasO
         failed = any(w in (group[-1].summary or "").lower() for w in ("error", "traceback", "failed"))
         ops.append(
             AddNode(
-                id=node_id, stage=stage_of(group[0]), action=f"{tools} x{len(group)}",
-                status="doing", summary=(group[-1].summary or "")[:200] + (" [errors]" if failed else ""),
-                timestamp=group[-1].ts, tool_call_ids=tuple(e.tool_call_id for e in group), after=prev_id,
+                id=node_id,
+                stage=stage_of(group[0]),
+                action=f"{tools} x{len(group)}",
+                status="doing",
+                summary=(group[-1].summary or "")[:200] + (" [errors]" if failed else ""),
+                timestamp=group[-1].ts,
+                tool_call_ids=tuple(e.tool_call_id for e in group),
+                after=prev_id,
             )
         )
         prev_id = node_id
@@ -120,15 +125,21 @@ async def propose_ops(canvas: Canvas, name: str, batch: Sequence[OffloadEntry], 
         return CanvasOps(ops=heuristic_ops(canvas, batch))
     triples = [(e.tool_call_id, f"{e.tool_name}({e.arguments[:150]})", e.summary) for e in batch]
     reply = await llm.complete(
-        offload_canvas.build(to_mermaid(canvas), name, triples), offload_canvas.Reply,
-        max_tokens=2000, stage="offload_canvas",
+        offload_canvas.build(to_mermaid(canvas), name, triples),
+        offload_canvas.Reply,
+        max_tokens=2000,
+        stage="offload_canvas",
     )
     return offload_canvas.to_ops(reply)
 
 
 async def update_canvases(
-    files: FileStore, state: SessionState, entries: Sequence[OffloadEntry], now: datetime,
-    llm: LLM | None = None, batch_size: int = 30,
+    files: FileStore,
+    state: SessionState,
+    entries: Sequence[OffloadEntry],
+    now: datetime,
+    llm: LLM | None = None,
+    batch_size: int = 30,
 ) -> SessionState:
     """Fold entries with ``seq > state.canvas_seq`` into their canvases; returns the state to save.
 
@@ -157,8 +168,11 @@ async def update_canvases(
                 if target:
                     new = apply_ops(new, [AssignToolCalls(id=target, tool_call_ids=tuple(missing))], now)
             canvas = new
-            notes = [Annotation(tool_call_id=e.tool_call_id, node_id=n.id)
-                     for e in batch if (n := canvas.node_for_tool_call(e.tool_call_id)) is not None]
+            notes = [
+                Annotation(tool_call_id=e.tool_call_id, node_id=n.id)
+                for e in batch
+                if (n := canvas.node_for_tool_call(e.tool_call_id)) is not None
+            ]
             append_annotations(files, state.tenant, state.session, notes)
         state = save_canvas(files, state.tenant, state.session, name, canvas, state)
     if todo:

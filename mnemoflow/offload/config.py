@@ -70,11 +70,16 @@ class OffloadConfig(BaseModel):
     @classmethod
     def spec(cls, **overrides: object) -> OffloadConfig:
         """TDAM's behaviour (docs/tdam-spec.md §5.6-5.7): the ladder only, canvases refreshed and moved every call."""
-        base: dict[str, object] = {"stub_keep_recent": None, "freeze_injection": False, "inject_active": "always",
-                                   "fold_finished_tasks": False,
-                                   "history_canvas_full": True, "compact_stubbed_calls": True,
-                                   "active_canvas_ratio": None}
-        return cls(**{**base, **overrides})
+        base: dict[str, object] = {
+            "stub_keep_recent": None,
+            "freeze_injection": False,
+            "inject_active": "always",
+            "fold_finished_tasks": False,
+            "history_canvas_full": True,
+            "compact_stubbed_calls": True,
+            "active_canvas_ratio": None,
+        }
+        return cls.model_validate({**base, **overrides})
 
     @model_validator(mode="after")
     def _ordered(self) -> OffloadConfig:

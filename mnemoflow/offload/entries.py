@@ -78,8 +78,11 @@ class OffloadWriter:
             grouped.setdefault((event.tenant, event.session), []).append(event)
         try:
             planned = [(key, self._plan(key, session_events)) for key, session_events in grouped.items()]
-            refs = {Layout.ref(*key, event.tool_call_id): event.content.encode()
-                    for key, (_log, new) in planned for event, _entry in new}  # fmt: skip
+            refs = {
+                Layout.ref(*key, event.tool_call_id): event.content.encode()
+                for key, (_log, new) in planned
+                for event, _entry in new
+            }
             self._files.write_atomic_many(refs)
             out = []
             for key, (log, new) in planned:

@@ -35,8 +35,8 @@ def insertion_point(messages: list[Message], tail: int = 30) -> int:
         idx = u + 1
     else:
         loop = n
-        while loop > 0 and messages[loop - 1].get("role") in ("tool", "assistant") and not is_injected(
-            messages[loop - 1]
+        while (
+            loop > 0 and messages[loop - 1].get("role") in ("tool", "assistant") and not is_injected(messages[loop - 1])
         ):
             loop -= 1
         idx = min(max(loop, n - tail), n - 1)

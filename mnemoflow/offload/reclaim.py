@@ -252,7 +252,7 @@ def mild(work: Work, window: int, entries: Mapping[str, EntryInfo], cfg: Offload
     candidates = []
     for i, m in enumerate(msgs[:limit]):
         tid = m.get("tool_call_id")
-        if m.get("role") == "tool" and tid in entries and tid not in work.decisions.replaced:
+        if m.get("role") == "tool" and isinstance(tid, str) and tid in entries and tid not in work.decisions.replaced:
             score = entries[tid].score
             candidates.append((5 if score is None else score, i, entries[tid]))
     candidates.sort(key=lambda c: (-c[0], c[1]))
@@ -312,7 +312,7 @@ def stub_by_age(
     saved = 0
     for i in old:
         tid = msgs[i].get("tool_call_id")
-        if tid not in entries or tid in d.replaced:
+        if not isinstance(tid, str) or tid not in entries or tid in d.replaced:
             continue
         stub = stub_text(entries[tid])
         new = {**msgs[i], "content": stub}

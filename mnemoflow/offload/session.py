@@ -42,26 +42,47 @@ def _events(tenant: str, session: str, msgs: list[Message], now: datetime) -> li
             name, args = calls.get(m["tool_call_id"], ("", ""))
             content = m.get("content")
             text = content if isinstance(content, str) else "" if content is None else str(content)
-            out.append(ToolResultEvent(tenant=tenant, session=session, tool_call_id=m["tool_call_id"],
-                                       tool_name=name, arguments=args, content=text, ts=now))
+            out.append(
+                ToolResultEvent(
+                    tenant=tenant,
+                    session=session,
+                    tool_call_id=m["tool_call_id"],
+                    tool_name=name,
+                    arguments=args,
+                    content=text,
+                    ts=now,
+                )
+            )
     return out
 
 
-async def _summarise(files: FileStore, state: SessionState, entries: list[OffloadEntry], llm: LLM | None,
-                     cfg: OffloadConfig, intent: str) -> None:
+async def _summarise(
+    files: FileStore, state: SessionState, entries: list[OffloadEntry], llm: LLM | None, cfg: OffloadConfig, intent: str
+) -> None:
     todo = [e for e in entries if e.score is None]
     if not todo:
         return
-    pairs = [ToolPair(e.tool_call_id, e.tool_name, e.arguments,
-                      (read_ref(files, state.tenant, state.session, e.tool_call_id) or b"").decode("utf-8", "replace"))
-             for e in todo]
+    pairs = [
+        ToolPair(
+            e.tool_call_id,
+            e.tool_name,
+            e.arguments,
+            (read_ref(files, state.tenant, state.session, e.tool_call_id) or b"").decode("utf-8", "replace"),
+        )
+        for e in todo
+    ]
     sums = await llm_summaries(pairs, llm, cfg, intent) if llm else [heuristic_summary(p, cfg) for p in pairs]
-    append_annotations(files, state.tenant, state.session,
-                       [Annotation(tool_call_id=s.tool_call_id, summary=s.summary, score=s.score) for s in sums])
+    append_annotations(
+        files,
+        state.tenant,
+        state.session,
+        [Annotation(tool_call_id=s.tool_call_id, summary=s.summary, score=s.score) for s in sums],
+    )
 
 
-async def _judge(files: FileStore, state: SessionState, msgs: list[Message], llm: LLM | None,
-                 now: datetime) -> SessionState:
+async def _judge(
+    files: FileStore, state: SessionState, msgs: list[Message], llm: LLM | None, now: datetime
+) -> SessionState:
     u = last_user(msgs)
     if u is None:
         return state
@@ -86,8 +107,10 @@ async def _judge(files: FileStore, state: SessionState, msgs: list[Message], llm
 
 def _context(files: FileStore, state: SessionState, cfg: OffloadConfig) -> CompactContext:
     t, s = state.tenant, state.session
-    entries = {e.tool_call_id: EntryInfo(e.tool_call_id, e.summary, e.score, e.ref, e.node_id)
-               for e in annotated_entries(files, t, s)}
+    entries = {
+        e.tool_call_id: EntryInfo(e.tool_call_id, e.summary, e.score, e.ref, e.node_id)
+        for e in annotated_entries(files, t, s)
+    }
     history: dict[str, CanvasText] = {}
     active = None
     for name in files.list_dir(f"{Layout.session_dir(t, s)}/canvases"):
@@ -106,8 +129,16 @@ def _context(files: FileStore, state: SessionState, cfg: OffloadConfig) -> Compa
 
 
 async def compact_session(
-    files: FileStore, tenant: str, session: str, messages: list[Message], window: int, *, clock: Clock,
-    writer: OffloadWriter | None = None, llm: LLM | None = None, config: OffloadConfig | None = None,
+    files: FileStore,
+    tenant: str,
+    session: str,
+    messages: list[Message],
+    window: int,
+    *,
+    clock: Clock,
+    writer: OffloadWriter | None = None,
+    llm: LLM | None = None,
+    config: OffloadConfig | None = None,
 ) -> CompactResult:
     """Run one compaction turn for ``tenant/session`` and persist what it decided (see the module docstring).
 

@@ -57,7 +57,7 @@ def advance(state: SessionState, entries: Iterable[OffloadEntry]) -> SessionStat
         if entry.seq != last_seq + 1:
             raise SequenceGap(last_seq + 1, entry.seq)
         count, last_seq, last = count + 1, entry.seq, entry
-    if last_seq == state.last_seq:
+    if last is None or last_seq == state.last_seq:  # nothing new (a new entry always sets ``last``)
         return state
     return state.model_copy(update={"count": count, "last_seq": last_seq, "last_entry": last, "updated": last.ts})
 

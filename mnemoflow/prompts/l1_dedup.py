@@ -54,6 +54,8 @@ def build_messages(pool: list[PoolItem], new: list[NewItem]) -> list[ChatMessage
     parts = [f"EXISTING memories:\n{existing}"]
     for i, item in enumerate(new, 1):
         body = {k: v for k, v in asdict(item).items() if k != "candidate_ids"}
-        parts.append(f"NEW {i}: {json.dumps(body, ensure_ascii=False)}\n"
-                     f"candidates: {', '.join(item.candidate_ids) or 'none (store)'}")
+        parts.append(
+            f"NEW {i}: {json.dumps(body, ensure_ascii=False)}\n"
+            f"candidates: {', '.join(item.candidate_ids) or 'none (store)'}"
+        )
     return [ChatMessage(role="system", content=SYSTEM), ChatMessage(role="user", content="\n\n".join(parts))]

@@ -117,7 +117,9 @@ def build_messages(ctx: ExtractionContext) -> list[ChatMessage]:
     existing = "\n".join(f"[{e.id}] ({e.type}) {e.content}" for e in ctx.existing) or "(none: every memory is store)"
     background = "\n\n".join(_render(m) for m in ctx.background) or "(none)"
     new = "\n\n".join(_render(m) for m in ctx.new)
-    user = (f"All timestamps are UTC. User: {ctx.user}\nPrevious scene: {ctx.previous_scene or 'none'}\n\n"
-            f"EXISTING memories (for decisions only):\n{existing}\n\n"
-            f"BACKGROUND (context only):\n{background}\n\n----- NEW MESSAGES -----\n{new}")
+    user = (
+        f"All timestamps are UTC. User: {ctx.user}\nPrevious scene: {ctx.previous_scene or 'none'}\n\n"
+        f"EXISTING memories (for decisions only):\n{existing}\n\n"
+        f"BACKGROUND (context only):\n{background}\n\n----- NEW MESSAGES -----\n{new}"
+    )
     return [ChatMessage(role="system", content=SYSTEM), ChatMessage(role="user", content=user)]

@@ -21,8 +21,12 @@ class BoundaryReply(BaseModel):
     decision: Literal["continue", "new_long", "short"] = Field(
         description="continue: same task as the active canvas; new_long: a new multi-step task; short: Q&A or chat."
     )
-    label: str | None = Field(None, max_length=30, pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$",
-                              description="kebab-case label for a new long task, else null.")
+    label: str | None = Field(
+        None,
+        max_length=30,
+        pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$",
+        description="kebab-case label for a new long task, else null.",
+    )
     goal: str | None = Field(None, max_length=200, description="One-line goal of a new long task.")
 
 

@@ -6,7 +6,7 @@ operations), applied and validated by code.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -14,7 +14,9 @@ from mnemoflow.offload.canvas import MAX_OPS, STATUSES, CanvasOps
 from mnemoflow.ports.llm import ChatMessage
 
 VERSION = "offload_canvas/1"
-_IDS = Field(default_factory=list, max_length=30)
+_IDS: Any = Field(default_factory=list, max_length=30)  # one constraint shared by the id-list fields
+# A Literal built from the canvas's own status tuple, so the reply schema cannot drift from the model; mypy cannot
+# follow a Literal made from a variable, hence the ignore.
 StatusName = Literal[STATUSES]  # type: ignore[valid-type]
 _C = ConfigDict(extra="forbid")
 
@@ -67,14 +69,15 @@ class Reply(BaseModel):
     lists), converted by :func:`to_ops` into :class:`~mnemoflow.offload.canvas.CanvasOps` for ``apply_ops``."""
 
     model_config = _C
-    ops: list[
-        Annotated[_AddNode | _UpdateNode | _AddEdge | _SetStatus | _Assign, Field(discriminator="op")]
-    ] = Field(default_factory=list, max_length=MAX_OPS)
+    ops: list[Annotated[_AddNode | _UpdateNode | _AddEdge | _SetStatus | _Assign, Field(discriminator="op")]] = Field(
+        default_factory=list, max_length=MAX_OPS
+    )
 
 
 def to_ops(reply: Reply) -> CanvasOps:
     """The validated canvas operations (raises pydantic ValidationError on a bad id or value)."""
     return CanvasOps.model_validate(reply.model_dump(exclude_none=True))
+
 
 SYSTEM = (
     "You maintain the task graph of a coding agent's long task. Given the current graph and new tool calls "

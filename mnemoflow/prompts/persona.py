@@ -45,6 +45,8 @@ def build_persona_messages(ctx: PersonaContext, language: str = "the language of
         f"## Scenes\n{note}\n\n{scenes}",
     ]
     if ctx.current:
-        parts.append(f"## Current persona ({len(ctx.current)} of {MAX_PERSONA_CHARS} characters)\n"
-                     f"```markdown\n{ctx.current}\n```")  # fmt: skip
+        parts.append(
+            f"## Current persona ({len(ctx.current)} of {MAX_PERSONA_CHARS} characters)\n"
+            f"```markdown\n{ctx.current}\n```"
+        )
     return [ChatMessage(role="system", content=SYSTEM), ChatMessage(role="user", content="\n\n".join(parts))]

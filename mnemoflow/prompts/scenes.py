@@ -75,10 +75,13 @@ def build_scene_messages(ctx: SceneContext) -> list[ChatMessage]:
         {"id": a.id, "type": a.type, "priority": a.priority, "content": a.content, "time": format_ts(a.ts)}
         for a in ctx.atoms
     ]
-    index = "\n".join(
-        f"### {b.filename}\nheat {b.heat} | updated {format_ts(b.updated) if b.updated else '?'}\n{b.summary}"
-        for b in sorted(ctx.scenes.values(), key=lambda b: (-b.heat, b.filename))
-    ) or "(no scenes yet)"
+    index = (
+        "\n".join(
+            f"### {b.filename}\nheat {b.heat} | updated {format_ts(b.updated) if b.updated else '?'}\n{b.summary}"
+            for b in sorted(ctx.scenes.values(), key=lambda b: (-b.heat, b.filename))
+        )
+        or "(no scenes yet)"
+    )
     editable = "\n\n".join(f"#### {name}\n```markdown\n{render_scene(ctx.scenes[name])}```" for name in ctx.editable)
     parts = [
         f"Write scene text in {ctx.language}. Current time: {format_ts(ctx.now)}.",

@@ -89,8 +89,9 @@ def plan_capture(
             mid = turn_id(session, role, text, seen[(role, text)])
             ids.add(mid)
             if mid not in captured:
-                turns.append(TurnIn(message_id=mid, user=user, session=session, role=role,
-                                    content=text[:MAX_TEXT_CHARS], ts=now))  # fmt: skip
+                turns.append(
+                    TurnIn(message_id=mid, user=user, session=session, role=role, content=text[:MAX_TEXT_CHARS], ts=now)
+                )
         elif role == "tool":
             raw_id = m.get("tool_call_id")
             tid = _tool_call_id(raw_id)
@@ -102,8 +103,17 @@ def plan_capture(
                 skipped += 1
                 continue
             name, args = calls.get(str(raw_id), ("tool", ""))
-            results.append(ToolResultIn(tool_call_id=tid, session=session, user=user, tool_name=name[:256],
-                                        arguments=args, content=content, ts=now))  # fmt: skip
+            results.append(
+                ToolResultIn(
+                    tool_call_id=tid,
+                    session=session,
+                    user=user,
+                    tool_name=name[:256],
+                    arguments=args,
+                    content=content,
+                    ts=now,
+                )
+            )
     return Capture(turns, results, frozenset(ids), skipped)
 
 
@@ -114,9 +124,10 @@ def answer_turn(messages: Sequence[Message], text: str, user: str, session: str,
     if not text:
         return None
     earlier = sum(
-        1 for m in messages
+        1
+        for m in messages
         if m.get("role") == "assistant" and not is_injected(m) and text_of(m.get("content")).strip() == text
-    )  # fmt: skip
+    )
     mid = turn_id(session, "assistant", text, earlier + 1)
     return TurnIn(message_id=mid, user=user, session=session, role="assistant", content=text[:MAX_TEXT_CHARS], ts=now)
 

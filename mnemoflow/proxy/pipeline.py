@@ -180,8 +180,9 @@ class MemoryProxy:
 
     async def _memory_phase(self, tenant: str, body: ChatRequest, out: Prepared) -> None:
         ident = out.identity
-        plan = plan_capture(body.messages, ident.user, ident.session,
-                            self._captures.captured(tenant, ident.session), self._clock())  # fmt: skip
+        plan = plan_capture(
+            body.messages, ident.user, ident.session, self._captures.captured(tenant, ident.session), self._clock()
+        )
         if plan.turns or plan.results:
             self._background(self._publish(tenant, ident.session, plan))
         out.headers["x-mnemoflow-captured"] = (
@@ -202,12 +203,14 @@ class MemoryProxy:
             if reply is None or extra > room:  # the guess was short: compact to the exact room, as if in turn
                 reply = await self._compact(out, "compact_again", tenant, ident, messages, prompt - extra)
             messages, sent = reply.messages, reply.tokens_after + extra
-            out.headers.update({
-                "x-mnemoflow-compaction": reply.level,
-                "x-mnemoflow-window": str(ident.window),
-                "x-mnemoflow-tokens": f"before={reply.tokens_before}; recall={extra}; after={sent}",
-                "x-mnemoflow-removed": str(len(reply.removed)),
-            })  # fmt: skip
+            out.headers.update(
+                {
+                    "x-mnemoflow-compaction": reply.level,
+                    "x-mnemoflow-window": str(ident.window),
+                    "x-mnemoflow-tokens": f"before={reply.tokens_before}; recall={extra}; after={sent}",
+                    "x-mnemoflow-removed": str(len(reply.removed)),
+                }
+            )
         if recall is not None:
             messages = inject_recall(messages, recall)
             out.headers["x-mnemoflow-recalled"] = str(len(recall.hits))

@@ -76,8 +76,9 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
         if gate.tenant_for(key) is None:
             return render("login.html", 401, next=target, error="unknown API key")
         response = RedirectResponse(target, status_code=303)
-        response.set_cookie(COOKIE, key, httponly=True, samesite="strict", path="/ui",
-                            secure=request.url.scheme == "https")  # fmt: skip
+        response.set_cookie(
+            COOKIE, key, httponly=True, samesite="strict", path="/ui", secure=request.url.scheme == "https"
+        )
         return response
 
     @router.post("/logout")
@@ -90,12 +91,19 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
     async def home(tenant: Tenant) -> HTMLResponse:
         users = await asyncio.to_thread(files.list_dir, f"{tenant}/users")
         sessions = await asyncio.to_thread(files.list_dir, f"{tenant}/sessions")
-        return render("home.html", tenant=tenant, users=users[:LISTED], n_users=len(users),
-                      sessions=sessions[:LISTED], n_sessions=len(sessions))  # fmt: skip
+        return render(
+            "home.html",
+            tenant=tenant,
+            users=users[:LISTED],
+            n_users=len(users),
+            sessions=sessions[:LISTED],
+            n_sessions=len(sessions),
+        )
 
     @router.get("/users/{user}")
-    async def user_page(user: PathId, request: Request, tenant: Tenant, cursor: str | None = None,
-                        ranked: bool = False) -> HTMLResponse:
+    async def user_page(
+        user: PathId, request: Request, tenant: Tenant, cursor: str | None = None, ranked: bool = False
+    ) -> HTMLResponse:
         """Persona, scenes, and the live atoms: filtered (every word), or ranked by hybrid search like recall."""
         if not files.exists(Layout.user_dir(tenant, user)):
             return missing(tenant, f"user {user}")
@@ -112,14 +120,26 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
         shown, scores = atoms.atoms, {}
         more = urlencode({**given, "cursor": atoms.next_cursor}) if atoms.next_cursor else None
         if ranked and where.text:  # as an agent's memory_search ranks them, then the other filters
-            hits = await asyncio.to_thread((await deps.recaller()).memory_search, tenant, user, where.text,
-                                           RANKED, where.type)  # fmt: skip
+            hits = await asyncio.to_thread(
+                (await deps.recaller()).memory_search, tenant, user, where.text, RANKED, where.type
+            )
             by_id, rest = {r.id: r for r in records}, where.model_copy(update={"text": None})
             shown = [by_id[h.id] for h in hits if h.id in by_id and by_id[h.id].live and rest.matches(by_id[h.id])]
             scores, more = {h.id: h.score for h in hits}, None
-        return render("user.html", tenant=tenant, user=user, persona=PersonaStore(files, tenant, user).read(),
-                      scenes=scenes, atoms=shown, scores=scores, ranked=ranked, more=more, given=given,
-                      problem=problem, scene_names=sorted({r.scene_name for r in records if r.scene_name}))  # fmt: skip
+        return render(
+            "user.html",
+            tenant=tenant,
+            user=user,
+            persona=PersonaStore(files, tenant, user).read(),
+            scenes=scenes,
+            atoms=shown,
+            scores=scores,
+            ranked=ranked,
+            more=more,
+            given=given,
+            problem=problem,
+            scene_names=sorted({r.scene_name for r in records if r.scene_name}),
+        )
 
     @router.get("/users/{user}/atoms/{atom_id}")
     async def atom_page(user: PathId, atom_id: PathId, tenant: Tenant) -> HTMLResponse:
@@ -128,8 +148,15 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
         if found.record is None and not found.messages:
             return missing(tenant, f"atom {atom_id} of user {user}")
         versions = history(await asyncio.to_thread(RecordLog(files, tenant, user).read, False), atom_id)
-        return render("atom.html", tenant=tenant, user=user, atom_id=atom_id, record=found.record,
-                      messages=found.messages, versions=versions)  # fmt: skip
+        return render(
+            "atom.html",
+            tenant=tenant,
+            user=user,
+            atom_id=atom_id,
+            record=found.record,
+            messages=found.messages,
+            versions=versions,
+        )
 
     @router.get("/sessions/{session}")
     async def session_page(session: PathId, tenant: Tenant) -> HTMLResponse:
@@ -145,8 +172,14 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
                 nodes = []
             canvases.append((name, text, nodes))
         entries = await asyncio.to_thread(annotated_entries, files, tenant, session)
-        return render("session.html", tenant=tenant, session=session, canvases=canvases, entries=entries,
-                      mermaid=MERMAID_JS.exists())  # fmt: skip
+        return render(
+            "session.html",
+            tenant=tenant,
+            session=session,
+            canvases=canvases,
+            entries=entries,
+            mermaid=MERMAID_JS.exists(),
+        )
 
     @router.get("/sessions/{session}/nodes/{node_id}")
     async def node_page(session: PathId, node_id: PathId, tenant: Tenant) -> HTMLResponse:
@@ -155,16 +188,16 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
         if not found:
             return missing(tenant, f"entries of node {node_id} in session {session}")
         shown = [(entry, _text(raw)) for entry, raw in found]
-        return render("node.html", tenant=tenant, session=session, node_id=node_id, found=shown,
-                      preview=PREVIEW_CHARS)  # fmt: skip
+        return render("node.html", tenant=tenant, session=session, node_id=node_id, found=shown, preview=PREVIEW_CHARS)
 
     @router.get("/sessions/{session}/refs/{tool_call_id}")
     async def ref_page(session: PathId, tool_call_id: PathId, tenant: Tenant) -> HTMLResponse:
         raw = await asyncio.to_thread(read_ref, files, tenant, session, tool_call_id)
         if raw is None:
             return missing(tenant, f"raw output of {tool_call_id} in session {session}")
-        return render("ref.html", tenant=tenant, session=session, tool_call_id=tool_call_id, raw=_text(raw),
-                      size=len(raw))  # fmt: skip
+        return render(
+            "ref.html", tenant=tenant, session=session, tool_call_id=tool_call_id, raw=_text(raw), size=len(raw)
+        )
 
     @router.get("/health")
     async def health_page(tenant: Tenant) -> HTMLResponse:
@@ -177,8 +210,9 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
             atoms: int | None = await asyncio.to_thread(store.count, tenant)
         except MnemoflowError:
             atoms = None
-        return render("health.html", tenant=tenant, report=report, users=len(users), sessions=len(sessions),
-                      atoms=atoms)  # fmt: skip
+        return render(
+            "health.html", tenant=tenant, report=report, users=len(users), sessions=len(sessions), atoms=atoms
+        )
 
     return router
 

@@ -57,10 +57,26 @@ def post_in_order(api: httpx.Client, path: str, field: str, batches: list[list[A
 def test_three_workers_share_the_topics_and_lose_nothing_when_one_is_killed(cluster: LocalCluster) -> None:
     rng = random.Random(9)
     users, sessions = [f"w-user-{i}" for i in range(24)], [f"w-tool-{i}" for i in range(12)]
-    turns = [TurnIn(message_id=f"m{i}", user=users[i % 24], session=f"chat-{i % 24}",
-                    role="user" if i % 3 else "assistant", content=sentence(rng, i)) for i in range(2400)]  # fmt: skip
-    results = [ToolResultIn(tool_call_id=f"c{i}", session=sessions[i % 12], tool_name="bash",
-                            arguments='{"cmd": "ls"}', content=sentence(rng, i) * 20) for i in range(600)]  # fmt: skip
+    turns = [
+        TurnIn(
+            message_id=f"m{i}",
+            user=users[i % 24],
+            session=f"chat-{i % 24}",
+            role="user" if i % 3 else "assistant",
+            content=sentence(rng, i),
+        )
+        for i in range(2400)
+    ]
+    results = [
+        ToolResultIn(
+            tool_call_id=f"c{i}",
+            session=sessions[i % 12],
+            tool_name="bash",
+            arguments='{"cmd": "ls"}',
+            content=sentence(rng, i) * 20,
+        )
+        for i in range(600)
+    ]
     acked: dict = {}
     base = line_counts(cluster.data_dir)
     t0 = time.monotonic()
@@ -68,7 +84,7 @@ def test_three_workers_share_the_topics_and_lose_nothing_when_one_is_killed(clus
         sender = threading.Thread(
             target=lambda: post_in_order(
                 api, "/v1/turns", "turns", [turns[i : i + 50] for i in range(0, 2400, 50)], acked, t0
-            )  # fmt: skip
+            )
         )
         sender.start()
         post_in_order(api, "/v1/tool-results", "results", [results[i : i + 20] for i in range(0, 300, 20)], acked, t0)
@@ -98,8 +114,11 @@ def test_shards_spread_over_both_nodes_and_come_back_when_a_node_dies(cluster: L
     second = cluster.second_node_id
     assert set(placement.values()) == cluster.alive_nodes() and second in placement.values()
     n = cluster.settings.session_shards
-    session = next(s for s in (f"swe-node-{k}" for k in range(1000))
-                   if placement[shard_name(shard_for(session_key(TENANT, s), n))] == second)  # fmt: skip
+    session = next(
+        s
+        for s in (f"swe-node-{k}" for k in range(1000))
+        if placement[shard_name(shard_for(session_key(TENANT, s), n))] == second
+    )
     messages = trajectory("django__django-11095", "n-") + trajectory("astropy__astropy-12907", "m-")[1:]
     calls = {c["id"]: c["function"] for m in messages for c in m.get("tool_calls") or []}
     raw = {m["tool_call_id"]: m["content"] for m in messages if m["role"] == "tool"}
@@ -113,20 +132,32 @@ def test_shards_spread_over_both_nodes_and_come_back_when_a_node_dies(cluster: L
             prefix = messages[:i]
             fresh = [m for m in prefix if m["role"] == "tool"][submitted:]
             if fresh:
-                body = {"results": [{"tool_call_id": m["tool_call_id"], "session": session,
-                                     "tool_name": calls[m["tool_call_id"]]["name"],
-                                     "arguments": calls[m["tool_call_id"]]["arguments"], "content": m["content"]}
-                                    for m in fresh]}  # fmt: skip
+                body = {
+                    "results": [
+                        {
+                            "tool_call_id": m["tool_call_id"],
+                            "session": session,
+                            "tool_name": calls[m["tool_call_id"]]["name"],
+                            "arguments": calls[m["tool_call_id"]]["arguments"],
+                            "content": m["content"],
+                        }
+                        for m in fresh
+                    ]
+                }
                 _retry(lambda body=body: api.post("/v1/tool-results", json=body), 202)
                 submitted += len(fresh)
                 wait_entries(api, session, submitted, timeout=120)
             if i == kill_at:
-                before = {"state": api.get(f"/v1/sessions/{session}/state").json(),
-                          "canvases": api.get(f"/v1/sessions/{session}/canvases").json()}  # fmt: skip
+                before = {
+                    "state": api.get(f"/v1/sessions/{session}/state").json(),
+                    "canvases": api.get(f"/v1/sessions/{session}/canvases").json(),
+                }
                 cluster.kill_second_raylet()
                 cluster.wait_node_dead(second)
-            response = _retry(lambda p=prefix: api.post(f"/v1/sessions/{session}/compact",
-                                                        json={"messages": p, "window": WINDOW}), 200)  # fmt: skip
+            response = _retry(
+                lambda p=prefix: api.post(f"/v1/sessions/{session}/compact", json={"messages": p, "window": WINDOW}),
+                200,
+            )
             removed.update({r["tool_call_id"]: r for r in response.json()["removed"]})
 
         after = cluster.shard_nodes()
@@ -153,10 +184,16 @@ def test_an_api_and_an_extractor_replica_killed_under_load(cluster: LocalCluster
     every user turn is behind the extraction cursor and nothing is pending."""
     rng = random.Random(11)
     users = [f"r-user-{i}" for i in range(8)]
-    turns = [TurnIn(message_id=f"r{i}", user=users[i % 8], session=f"rs-{i % 8}",
-                    role="user" if i % 2 else "assistant",
-                    content=f"I moved to Lisbon in {2000 + i % 20} and I like {sentence(rng, i)}")
-             for i in range(800)]  # fmt: skip
+    turns = [
+        TurnIn(
+            message_id=f"r{i}",
+            user=users[i % 8],
+            session=f"rs-{i % 8}",
+            role="user" if i % 2 else "assistant",
+            content=f"I moved to Lisbon in {2000 + i % 20} and I like {sentence(rng, i)}",
+        )
+        for i in range(800)
+    ]
     api_pids, extractor_pids = cluster.replica_pids("api"), cluster.replica_pids("extractor")
     assert len(api_pids) == 2 and len(extractor_pids) == 2
     acked: dict = {}
@@ -184,9 +221,13 @@ def test_an_api_and_an_extractor_replica_killed_under_load(cluster: LocalCluster
 def test_long_term_memory_runs_on_milvus_in_the_full_stack(cluster: LocalCluster) -> None:
     """Extraction, dedup, recall, scenes and persona with Milvus as the atom index."""
     user = "milvus-user"
-    said = ["My daughter Mia studies medicine in Boston.", "I always want answers in bullet points.",
-            "Last weekend I went hiking in the Alps with my brother.", "My daughter Mia studies medicine in Boston.",
-            "I work as a backend engineer at a logistics company."]  # fmt: skip
+    said = [
+        "My daughter Mia studies medicine in Boston.",
+        "I always want answers in bullet points.",
+        "Last weekend I went hiking in the Alps with my brother.",
+        "My daughter Mia studies medicine in Boston.",
+        "I work as a backend engineer at a logistics company.",
+    ]
     turns = [
         TurnIn(message_id=f"lt{i}", user=user, session="lt", role="user", content=text) for i, text in enumerate(said)
     ]

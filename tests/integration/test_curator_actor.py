@@ -38,9 +38,19 @@ def ray_local():  # type: ignore[no-untyped-def]
 
 def records(start: int, n: int) -> list[L1Record]:
     now = datetime.now(UTC)
-    return [L1Record(id=f"a{i}", content=f"{TOPICS[i % 4]} note {i}", type="episodic", priority=50,
-                     source_message_ids=[f"m{i}"], timestamps=[now], created=now + timedelta(microseconds=i),
-                     updated=now + timedelta(microseconds=i)) for i in range(start, start + n)]  # fmt: skip
+    return [
+        L1Record(
+            id=f"a{i}",
+            content=f"{TOPICS[i % 4]} note {i}",
+            type="episodic",
+            priority=50,
+            source_message_ids=[f"m{i}"],
+            timestamps=[now],
+            created=now + timedelta(microseconds=i),
+            updated=now + timedelta(microseconds=i),
+        )
+        for i in range(start, start + n)
+    ]
 
 
 def state(files: LocalFileStore) -> CurationState:

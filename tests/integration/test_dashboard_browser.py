@@ -30,8 +30,10 @@ SHOTS = REPO_ROOT / "tests" / "artifacts" / "ui"
 WAIT = 90  # seconds; every wait ends as soon as its condition holds
 
 if CHROMIUM is None or CHROMEDRIVER is None:
-    pytest.skip("Debian's chromium and chromium-driver are not installed (tools/install.sh installs them)",
-                allow_module_level=True)  # fmt: skip
+    pytest.skip(
+        "Debian's chromium and chromium-driver are not installed (tools/install.sh installs them)",
+        allow_module_level=True,
+    )
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -45,8 +47,15 @@ def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[WebDriver]:
     monkeypatch.setenv("SE_OFFLINE", "true")  # Selenium Manager must never fetch a driver or a browser
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM  # type: ignore[assignment]
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1400,2000", "--no-first-run", "--disable-extensions"):  # fmt: skip
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1400,2000",
+        "--no-first-run",
+        "--disable-extensions",
+    ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
@@ -74,9 +83,10 @@ def no_script_ran(driver: WebDriver) -> None:
 def test_a_person_browses_memory_and_canvases(browser: WebDriver, tmp_path: Path) -> None:
     data = build(tmp_path)
     files = LocalFileStore(tmp_path)
-    expected = {name: {n.id for n in from_mermaid((files.read_bytes(canvas_path("acme", SESSION, name)) or b"")
-                                                    .decode()).nodes}
-                for name in canvas_names(files, "acme", SESSION)}  # fmt: skip
+    expected = {
+        name: {n.id for n in from_mermaid((files.read_bytes(canvas_path("acme", SESSION, name)) or b"").decode()).nodes}
+        for name in canvas_names(files, "acme", SESSION)
+    }
     assert len(expected) == data.canvases and all(expected.values())
     with asgi_server(data.app) as url:
         b = browser

@@ -60,8 +60,12 @@ class Up:
 
 def _env(data_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMOFLOW_")}
-    return {**env, "MNEMOFLOW_DATA_DIR": str(data_dir), "MNEMOFLOW_CONFIG": str(data_dir / "none.toml"),
-            "MNEMOFLOW_WORKER_SESSION_TIMEOUT": "8"}  # fmt: skip
+    return {
+        **env,
+        "MNEMOFLOW_DATA_DIR": str(data_dir),
+        "MNEMOFLOW_CONFIG": str(data_dir / "none.toml"),
+        "MNEMOFLOW_WORKER_SESSION_TIMEOUT": "8",
+    }
 
 
 def _wait(predicate: object, timeout: float, what: str, up: Up) -> None:
@@ -119,8 +123,11 @@ def test_every_listener_is_on_loopback(up: Up) -> None:
 def test_replay_lands(up: Up) -> None:
     replay = subprocess.run(
         [sys.executable, "-m", "mnemoflow.cli", "replay", str(TRAJECTORY), "--api", up.base],
-        env=_env(up.data_dir), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        env=_env(up.data_dir),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert replay.returncode == 0, replay.stdout + replay.stderr
     [source] = load_replays(TRAJECTORY, user="replay")
     calls = [i.tool_call_id for i in source.items if hasattr(i, "tool_call_id")]
@@ -144,8 +151,12 @@ def test_replay_lands(up: Up) -> None:
 
 def _post_turns(up: Up, tag: str, n: int) -> list[str]:
     ids = [f"{tag}-{i}" for i in range(n)]
-    body = {"turns": [{"message_id": m, "user": f"chaos-{tag}", "session": "s", "role": "user",
-                       "content": f"turn {m}"} for m in ids]}  # fmt: skip
+    body = {
+        "turns": [
+            {"message_id": m, "user": f"chaos-{tag}", "session": "s", "role": "user", "content": f"turn {m}"}
+            for m in ids
+        ]
+    }
     deadline = time.monotonic() + 120
     while True:  # a client retries until acknowledged: the API is idempotent by message id
         try:

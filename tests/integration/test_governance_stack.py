@@ -37,8 +37,16 @@ SECRET = [
     "My bank PIN hint is the word Marrowbleak, do not tell anyone",
     "I am recovering from a Thrombulon infusion at the Dravenhold clinic",
 ]
-MARKERS = [b"Ottoline", b"Vardaman", b"Quokkaflint", b"Zyxwick", b"Marrowbleak", b"Thrombulon", b"Dravenhold",
-           b"Grizzlethorpe"]  # fmt: skip
+MARKERS = [
+    b"Ottoline",
+    b"Vardaman",
+    b"Quokkaflint",
+    b"Zyxwick",
+    b"Marrowbleak",
+    b"Thrombulon",
+    b"Dravenhold",
+    b"Grizzlethorpe",
+]
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +54,17 @@ def stack(apache_kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory)
     if not (EVAL / "locomo" / "locomo-dev.json").exists():
         pytest.skip(f"LoCoMo data not found under {EVAL}")
     settings = Settings(
-        data_dir=tmp_path_factory.mktemp("governance"), kafka_bootstrap=apache_kafka.bootstrap, api_port=0,
-        api_keys={TENANT: KEY, "other": OTHER_KEY}, embedder="minilm", l1_tick_seconds=1, curator_tick_seconds=0.5,
-        l2_delay_after_l1_seconds=0.5, l2_min_interval_seconds=0, max_body_bytes=32 << 20,
-    )  # fmt: skip
+        data_dir=tmp_path_factory.mktemp("governance"),
+        kafka_bootstrap=apache_kafka.bootstrap,
+        api_port=0,
+        api_keys={TENANT: KEY, "other": OTHER_KEY},
+        embedder="minilm",
+        l1_tick_seconds=1,
+        curator_tick_seconds=0.5,
+        l2_delay_after_l1_seconds=0.5,
+        l2_min_interval_seconds=0,
+        max_body_bytes=32 << 20,
+    )
     st = Stack(settings)
     st.start()
     yield st
@@ -81,8 +96,9 @@ def settle(stack: Stack, users: list[str], sessions: set[tuple[str, str]], timeo
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         states = [load_triggers(files, TENANT, u) for u in users]
-        if all(s.pending == 0 and not s.running for s in states) and all(read_l0(files, TENANT, u, limit=1)
-                                                                            for u in users):
+        if all(s.pending == 0 and not s.running for s in states) and all(
+            read_l0(files, TENANT, u, limit=1) for u in users
+        ):
             return
         time.sleep(0.5)
     raise AssertionError("L1 did not settle")
@@ -105,24 +121,42 @@ def top10(api: httpx.Client, user: str, question: str) -> list[str]:
 
 
 def test_edit_remember_delete_through_the_commands_topic(stack: Stack, api: httpx.Client) -> None:
-    turns = [{"message_id": f"pat-m{i}", "user": "pat", "session": "pat-s", "role": "user", "content": text,
-              "ts": (T0 + timedelta(minutes=i)).isoformat()}
-             for i, text in enumerate(["I live in Ghent and I cycle to work", "I am vegetarian"])]  # fmt: skip
+    turns = [
+        {
+            "message_id": f"pat-m{i}",
+            "user": "pat",
+            "session": "pat-s",
+            "role": "user",
+            "content": text,
+            "ts": (T0 + timedelta(minutes=i)).isoformat(),
+        }
+        for i, text in enumerate(["I live in Ghent and I cycle to work", "I am vegetarian"])
+    ]
     post_turns(api, turns)
     settle(stack, ["pat"], {("pat-s", "pat")})
     atoms = api.get("/v1/users/pat/atoms").json()["atoms"]
     assert atoms
     target = next(a for a in atoms if "Ghent" in a["content"])
-    edit = applied(api.patch(f"/v1/users/pat/atoms/{target['id']}", params={"wait": 30},
-                             json={"text": "Pat lives in Bruges and cycles to work"}))  # fmt: skip
+    edit = applied(
+        api.patch(
+            f"/v1/users/pat/atoms/{target['id']}",
+            params={"wait": 30},
+            json={"text": "Pat lives in Bruges and cycles to work"},
+        )
+    )
     new_id = edit["result"]["atom_id"]
     assert top10(api, "pat", "Where does Pat live?")[0] == new_id
     assert target["id"] not in top10(api, "pat", "Ghent cycling")
     history = api.get(f"/v1/users/pat/atoms/{new_id}/history").json()
     assert [(v["made_by"], v["event"]) for v in history] == [("extraction", target["action"]), ("manual", "edit")]
 
-    remembered = applied(api.post("/v1/users/pat/memories", params={"wait": 30},
-                                  json={"text": "Pat is allergic to penicillin", "priority": 95}))  # fmt: skip
+    remembered = applied(
+        api.post(
+            "/v1/users/pat/memories",
+            params={"wait": 30},
+            json={"text": "Pat is allergic to penicillin", "priority": 95},
+        )
+    )
     assert remembered["result"]["action"] == "store"
     recall = api.post("/v1/recall", json={"user": "pat", "query": "Any allergies to medicine?"}).json()
     assert remembered["result"]["atom_id"] in [h["id"] for h in recall["hits"]]
@@ -169,15 +203,41 @@ def test_a_locomo_user_exported_and_imported_elsewhere_recalls_the_same_top10(st
 
 
 def test_an_erased_user_leaves_no_trace_and_old_events_do_not_bring_them_back(stack: Stack, api: httpx.Client) -> None:
-    turns = [{"message_id": f"otto-m{i}", "user": "otto", "session": "otto-s", "role": "user", "content": text,
-              "ts": (T0 + timedelta(minutes=i)).isoformat()} for i, text in enumerate(SECRET)]  # fmt: skip
-    results = [{"tool_call_id": "otto-c1", "session": "otto-s", "user": "otto", "tool_name": "search",
-                "arguments": {"q": "Grizzlethorpe"}, "content": "Grizzlethorpe records for Vardaman: 3 hamsters",
-                "ts": T0.isoformat()}]  # fmt: skip
+    turns = [
+        {
+            "message_id": f"otto-m{i}",
+            "user": "otto",
+            "session": "otto-s",
+            "role": "user",
+            "content": text,
+            "ts": (T0 + timedelta(minutes=i)).isoformat(),
+        }
+        for i, text in enumerate(SECRET)
+    ]
+    results = [
+        {
+            "tool_call_id": "otto-c1",
+            "session": "otto-s",
+            "user": "otto",
+            "tool_name": "search",
+            "arguments": {"q": "Grizzlethorpe"},
+            "content": "Grizzlethorpe records for Vardaman: 3 hamsters",
+            "ts": T0.isoformat(),
+        }
+    ]
     post_turns(api, turns)
     assert api.post("/v1/tool-results", json={"results": results}).status_code == 202
-    keep = [{"message_id": f"kim-m{i}", "user": "kim", "session": "kim-s", "role": "user", "content": text,
-             "ts": T0.isoformat()} for i, text in enumerate(["I am Kim and I sail a boat called Petrel"])]  # fmt: skip
+    keep = [
+        {
+            "message_id": f"kim-m{i}",
+            "user": "kim",
+            "session": "kim-s",
+            "role": "user",
+            "content": text,
+            "ts": T0.isoformat(),
+        }
+        for i, text in enumerate(["I am Kim and I sail a boat called Petrel"])
+    ]
     post_turns(api, keep)
     settle(stack, ["otto", "kim"], {("otto-s", "otto"), ("kim-s", "kim")})
     root = stack.settings.data_dir

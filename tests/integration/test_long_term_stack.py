@@ -38,9 +38,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     if not (EVAL / "locomo" / "locomo-dev.json").exists():
         pytest.skip(f"LoCoMo data not found under {EVAL}")
     settings = Settings(
-        data_dir=tmp_path_factory.mktemp("ltm"), api_port=0, api_keys={TENANT: KEY}, embedder="minilm",
-        l2_delay_after_l1_seconds=0.5, l2_min_interval_seconds=0, curator_tick_seconds=0.5, l1_tick_seconds=1,
-    )  # fmt: skip
+        data_dir=tmp_path_factory.mktemp("ltm"),
+        api_port=0,
+        api_keys={TENANT: KEY},
+        embedder="minilm",
+        l2_delay_after_l1_seconds=0.5,
+        l2_min_interval_seconds=0,
+        curator_tick_seconds=0.5,
+        l1_tick_seconds=1,
+    )
     st_ = Stack(settings)
     st_.start()
     yield st_
@@ -131,8 +137,10 @@ def test_recall_never_returns_another_users_atom(stack: Stack, api: httpx.Client
     for k in range(USERS):
         user = f"fuzz-{k:02d}"
         said = [*FACTS, f"My name is Person{k} and my lucky number is {k * 7}"]
-        turns += [TurnIn(message_id=f"{user}-m{i}", user=user, session=f"{user}-s", role="user", content=text)
-                  for i, text in enumerate(said)]  # fmt: skip
+        turns += [
+            TurnIn(message_id=f"{user}-m{i}", user=user, session=f"{user}-s", role="user", content=text)
+            for i, text in enumerate(said)
+        ]
     post(api, turns)
     time.sleep(2)
     end_sessions(api, {(t.session, t.user) for t in turns})

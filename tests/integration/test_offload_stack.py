@@ -51,8 +51,13 @@ def trajectory(name: str, id_prefix: str = "") -> list[dict[str, Any]]:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     if not TRAJS.exists():
         pytest.skip(f"trajectories not found under {TRAJS}")
-    settings = Settings(data_dir=tmp_path_factory.mktemp("offload"), api_port=0, api_keys={TENANT: KEY},
-                        l1_enabled=False, max_body_bytes=8 << 20)  # fmt: skip
+    settings = Settings(
+        data_dir=tmp_path_factory.mktemp("offload"),
+        api_port=0,
+        api_keys={TENANT: KEY},
+        l1_enabled=False,
+        max_body_bytes=8 << 20,
+    )
     st = Stack(settings)
     st.start()
     yield st
@@ -90,10 +95,18 @@ def test_replay_with_compaction_and_a_shard_restart(stack: Stack) -> None:
             prefix = messages[:i]
             results = [m for m in prefix if m["role"] == "tool"][submitted:]
             if results:
-                body = {"results": [{"tool_call_id": m["tool_call_id"], "session": session,
-                                     "tool_name": calls[m["tool_call_id"]]["name"],
-                                     "arguments": calls[m["tool_call_id"]]["arguments"], "content": m["content"]}
-                                    for m in results]}  # fmt: skip
+                body = {
+                    "results": [
+                        {
+                            "tool_call_id": m["tool_call_id"],
+                            "session": session,
+                            "tool_name": calls[m["tool_call_id"]]["name"],
+                            "arguments": calls[m["tool_call_id"]]["arguments"],
+                            "content": m["content"],
+                        }
+                        for m in results
+                    ]
+                }
                 assert api.post("/v1/tool-results", json=body).status_code == 202
                 submitted += len(results)
                 wait_entries(api, session, submitted)

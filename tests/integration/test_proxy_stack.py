@@ -49,10 +49,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory, upstream: str) -> Iterator[S
     if not TRAJS.exists():
         pytest.skip(f"trajectories not found under {TRAJS}")
     settings = Settings(
-        data_dir=tmp_path_factory.mktemp("proxy"), api_port=0, api_keys={TENANT: KEY}, max_body_bytes=8 << 20,
-        proxy_upstream_url=upstream, proxy_windows={"smollm2": N_CTX}, proxy_tokens_per_o200k=RATIO,
+        data_dir=tmp_path_factory.mktemp("proxy"),
+        api_port=0,
+        api_keys={TENANT: KEY},
+        max_body_bytes=8 << 20,
+        proxy_upstream_url=upstream,
+        proxy_windows={"smollm2": N_CTX},
+        proxy_tokens_per_o200k=RATIO,
         proxy_memory_timeout_seconds=60,  # the first recall loads the embedder: no bypass in this test
-    )  # fmt: skip
+    )
     st = Stack(settings)
     st.start()
     yield st
@@ -73,8 +78,13 @@ def wait_for(what: str, check: object, timeout: float = 90) -> object:
 def test_trajectory_replay_through_the_proxy(stack: Stack) -> None:
     messages = trajectory(TRAJ)
     raw = {m["tool_call_id"]: m["content"] for m in messages if m["role"] == "tool"}
-    agent = openai.OpenAI(base_url=f"{stack.info.api_url}/v1", api_key=KEY, max_retries=0, timeout=600,
-                          default_headers={"X-Mnemoflow-User": USER, "X-Mnemoflow-Session": SESSION})  # fmt: skip
+    agent = openai.OpenAI(
+        base_url=f"{stack.info.api_url}/v1",
+        api_key=KEY,
+        max_retries=0,
+        timeout=600,
+        default_headers={"X-Mnemoflow-User": USER, "X-Mnemoflow-Session": SESSION},
+    )
     steps = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     raw_tokens = forwarded_tokens = 0
     upstream_prompts: list[int] = []
@@ -93,13 +103,16 @@ def test_trajectory_replay_through_the_proxy(stack: Stack) -> None:
         forwarded_tokens += int(h["x-mnemoflow-tokens"].split("after=")[1])
         levels.add(h["x-mnemoflow-compaction"])
 
-    stream = agent.chat.completions.create(model="smollm2", messages=messages[: steps[-1]], max_tokens=MAX_TOKENS,
-                                           temperature=0, stream=True)  # fmt: skip
+    stream = agent.chat.completions.create(
+        model="smollm2", messages=messages[: steps[-1]], max_tokens=MAX_TOKENS, temperature=0, stream=True
+    )
     streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
 
     saved = 1 - forwarded_tokens / raw_tokens
-    print(f"\n{len(steps)} requests; o200k prompt tokens raw {raw_tokens:,}, forwarded {forwarded_tokens:,} "
-          f"({saved:.1%} saved); upstream's largest prompt {max(upstream_prompts)} of {N_CTX}; {levels}")  # fmt: skip
+    print(
+        f"\n{len(steps)} requests; o200k prompt tokens raw {raw_tokens:,}, forwarded {forwarded_tokens:,} "
+        f"({saved:.1%} saved); upstream's largest prompt {max(upstream_prompts)} of {N_CTX}; {levels}"
+    )
     assert max(upstream_prompts) + MAX_TOKENS <= N_CTX  # by the upstream's own tokenizer
     assert raw_tokens > 5 * N_CTX and saved > 0.5
     assert levels - {"none"}, "a 2k window over a 31k-token run must reclaim"
@@ -116,8 +129,10 @@ def test_trajectory_replay_through_the_proxy(stack: Stack) -> None:
         sent = messages[: steps[-1]]  # the last answer of the recording is never sent: it is what the model says
         said = {text_of(m.get("content")).strip() for m in sent if m["role"] in ("user", "assistant")} - {""}
         # captures are published beside the requests: wait until the stream worker wrote the last of them
-        wait_for("every user and assistant text of the run in L0",
-                 lambda: said <= {m.content for m in api.conversations(USER)})  # fmt: skip
+        wait_for(
+            "every user and assistant text of the run in L0",
+            lambda: said <= {m.content for m in api.conversations(USER)},
+        )
         l0 = list(api.conversations(USER))
         api.end_session(SESSION, USER)
 
@@ -149,4 +164,3 @@ def assert_mcp_drill_down(stack: Stack, raw: dict[str, str]) -> None:
             return out
 
     assert asyncio.run(run()) == [raw[c] for c in list(raw)[:5]]
-

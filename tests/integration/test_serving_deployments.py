@@ -73,9 +73,14 @@ def test_llm_deployment_returns_validated_objects_and_retries_in_the_replica(ser
     from serving.llm import ServeLLM, build_llm_app
 
     _ship_this_module_by_value()
-    fake = FakeOpenAIServer([FakeReply('{"content": "likes tea", "tags": ["a", "b", "c", "d"]}', 11, 7),
-                             FakeReply('{"content": "likes tea", "tags": ["drink"]}', 13, 5),
-                             FakeReply("not json", 17, 2), FakeReply("still not json", 19, 3)])  # fmt: skip
+    fake = FakeOpenAIServer(
+        [
+            FakeReply('{"content": "likes tea", "tags": ["a", "b", "c", "d"]}', 11, 7),
+            FakeReply('{"content": "likes tea", "tags": ["drink"]}', 13, 5),
+            FakeReply("not json", 17, 2),
+            FakeReply("still not json", 19, 3),
+        ]
+    )
     with asgi_server(fake) as url:
         settings = Settings(llm_engine="openai", llm_url=url, llm_model="m")
         llm = ServeLLM(serve.run(build_llm_app(settings), name="llm", route_prefix=None))
@@ -91,11 +96,13 @@ def test_llm_deployment_returns_validated_objects_and_retries_in_the_replica(ser
 
     # The replica's engine counted the same calls into Ray's metrics, tokens of every attempt included.
     url, tags = ray_metrics_url(), {"stage": "l1", "engine": "openai"}
-    series = [("ray_mnemoflow_llm_calls_total", {"result": "ok"}),
-              ("ray_mnemoflow_llm_calls_total", {"result": "failed"}),
-              ("ray_mnemoflow_llm_tokens_total", {"kind": "prompt"}),
-              ("ray_mnemoflow_llm_tokens_total", {"kind": "completion"}),
-              ("ray_mnemoflow_llm_latency_seconds_count", {})]  # fmt: skip
+    series = [
+        ("ray_mnemoflow_llm_calls_total", {"result": "ok"}),
+        ("ray_mnemoflow_llm_calls_total", {"result": "failed"}),
+        ("ray_mnemoflow_llm_tokens_total", {"kind": "prompt"}),
+        ("ray_mnemoflow_llm_tokens_total", {"kind": "completion"}),
+        ("ray_mnemoflow_llm_latency_seconds_count", {}),
+    ]
     want = [1, 1, 11 + 13 + 17 + 19, 7 + 5 + 2 + 3, 2]
     deadline = time.monotonic() + 60
     while True:  # Ray's agent exports every few seconds
@@ -121,11 +128,21 @@ def test_extractor_batches_concurrent_users_and_stores_their_atoms(serve_instanc
 
     files, t0 = LocalFileStore(tmp_path), datetime(2026, 2, 1, tzinfo=UTC)
     said = ["I am a nurse and I work night shifts", "I always drink green tea", "Please answer in French"]
-    L0Writer(files).write([
-        TurnEvent(tenant="t", message_id=f"u{k}-m{i}", user=f"u{k}", session="s", role="user", content=text,
-                  ts=t0 + timedelta(seconds=i))
-        for k in range(16) for i, text in enumerate(said)
-    ])  # fmt: skip
+    L0Writer(files).write(
+        [
+            TurnEvent(
+                tenant="t",
+                message_id=f"u{k}-m{i}",
+                user=f"u{k}",
+                session="s",
+                role="user",
+                content=text,
+                ts=t0 + timedelta(seconds=i),
+            )
+            for k in range(16)
+            for i, text in enumerate(said)
+        ]
+    )
     settings = Settings(data_dir=tmp_path, embedder="hashing")
     handle = serve.run(build_extractor_app(settings, max_batch_size=16), name="extractor", route_prefix=None)
 

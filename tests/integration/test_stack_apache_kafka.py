@@ -36,12 +36,16 @@ def make_turns() -> list[dict]:
     turns = []
     for i in range(USERS * TURNS_PER_USER):
         user, k = f"user-{i % USERS}", i // USERS
-        turns.append({
-            "message_id": f"{user}-m{k}", "user": user, "session": f"{user}-chat",
-            "role": "user" if k % 2 == 0 else "assistant",
-            "content": f"turn {k} of {user}: caf\u00e9 \u4e2d\u6587 \"quoted\" \\ back\nslash",
-            "ts": (T0 + timedelta(minutes=3 * k)).isoformat(),  # crosses midnight: two day files per user
-        })  # fmt: skip
+        turns.append(
+            {
+                "message_id": f"{user}-m{k}",
+                "user": user,
+                "session": f"{user}-chat",
+                "role": "user" if k % 2 == 0 else "assistant",
+                "content": f'turn {k} of {user}: caf\u00e9 \u4e2d\u6587 "quoted" \\ back\nslash',
+                "ts": (T0 + timedelta(minutes=3 * k)).isoformat(),  # crosses midnight: two day files per user
+            }
+        )
     return turns
 
 
@@ -50,9 +54,16 @@ def make_results() -> list[dict]:
     for i in range(SESSIONS * RESULTS_PER_SESSION):
         session, k = f"sess-{i % SESSIONS}", i // SESSIONS
         body = f"$ run {k}\r\n" + "\u00e9\U0001f600\t trailing  \n" * (k * 40) + ("\x00bin" if k == 7 else "")
-        results.append({"tool_call_id": f"{session}-call_{k}", "session": session, "tool_name": "execute_bash",
-                        "arguments": {"command": f"run {k}"}, "content": body,
-                        "ts": (T0 + timedelta(seconds=k)).isoformat()})  # fmt: skip
+        results.append(
+            {
+                "tool_call_id": f"{session}-call_{k}",
+                "session": session,
+                "tool_name": "execute_bash",
+                "arguments": {"command": f"run {k}"},
+                "content": body,
+                "ts": (T0 + timedelta(seconds=k)).isoformat(),
+            }
+        )
     return results
 
 
@@ -227,7 +238,12 @@ def test_health_reports_each_dependency_and_a_stopped_worker_through_serve(stack
     body = wait_health(url, 200)  # the worker group settles after the SIGKILL and restart above
     checks = {c["name"]: c for c in body["checks"]}
     assert body["status"] == "ok" and list(checks) == [
-        "broker", "worker", "session_shards", "curators", "atom_index", "extractor"
+        "broker",
+        "worker",
+        "session_shards",
+        "curators",
+        "atom_index",
+        "extractor",
     ]
     assert "Stable" in checks["worker"]["detail"] and "mnemoflow.turns" in checks["worker"]["detail"]
     assert checks["session_shards"]["detail"] == "4/4 alive", checks
@@ -298,9 +314,14 @@ def test_a_record_that_cannot_parse_is_parked_with_its_reason_and_blocks_nothing
     assert read_l0(files, TENANT, "user-0", limit=10_000)[-1].id == "after-garbage"
 
 
-RAY_SERIES = ("ray_mnemoflow_shard_sessions_loaded_total", "ray_mnemoflow_shard_compaction_seconds_count",
-              "ray_mnemoflow_l1_runs_total", "ray_mnemoflow_l1_atoms_total", "ray_mnemoflow_l1_dedup_decisions_total",
-              "ray_mnemoflow_index_search_seconds_count")  # fmt: skip
+RAY_SERIES = (
+    "ray_mnemoflow_shard_sessions_loaded_total",
+    "ray_mnemoflow_shard_compaction_seconds_count",
+    "ray_mnemoflow_l1_runs_total",
+    "ray_mnemoflow_l1_atoms_total",
+    "ray_mnemoflow_l1_dedup_decisions_total",
+    "ray_mnemoflow_index_search_seconds_count",
+)
 
 
 def ray_at_rest(url: str, timeout: float = 90) -> Samples:
@@ -330,8 +351,14 @@ def l1_settled(files: LocalFileStore, users: list[str], pending_too: bool, timeo
     raise AssertionError(f"L1 did not settle: {states}")
 
 
-FACTS = ["I love hiking in the mountains", "My favourite drink is green tea", "I work as a data engineer",
-         "My sister lives in Porto", "I am allergic to peanuts", "I play the cello on Sundays"]  # fmt: skip
+FACTS = [
+    "I love hiking in the mountains",
+    "My favourite drink is green tea",
+    "I work as a data engineer",
+    "My sister lives in Porto",
+    "I am allergic to peanuts",
+    "I play the cello on Sundays",
+]
 
 
 def test_each_plane_counts_what_a_replay_did(stack: Stack, api: httpx.Client) -> None:
@@ -350,10 +377,20 @@ def test_each_plane_counts_what_a_replay_did(stack: Stack, api: httpx.Client) ->
     worker_before, api_before = scrape(urls["worker"]), scrape(urls["api"])
 
     user, session = "metrics-ana", "metrics-sess"
-    turns = [{"message_id": f"{user}-m{k}", "user": user, "session": f"{user}-chat", "role": "user", "content": fact}
-             for k, fact in enumerate(FACTS * 2)]  # fmt: skip
-    results = [{"tool_call_id": f"{session}-call_{k}", "session": session, "tool_name": "execute_bash",
-                "arguments": {"command": f"ls {k}"}, "content": f"file-{k}\n" * 50} for k in range(5)]  # fmt: skip
+    turns = [
+        {"message_id": f"{user}-m{k}", "user": user, "session": f"{user}-chat", "role": "user", "content": fact}
+        for k, fact in enumerate(FACTS * 2)
+    ]
+    results = [
+        {
+            "tool_call_id": f"{session}-call_{k}",
+            "session": session,
+            "tool_name": "execute_bash",
+            "arguments": {"command": f"ls {k}"},
+            "content": f"file-{k}\n" * 50,
+        }
+        for k in range(5)
+    ]
     assert api.post("/v1/turns", json={"turns": turns}).status_code == 202
     assert api.post("/v1/tool-results", json={"results": results}).status_code == 202
     deadline = time.monotonic() + 120
@@ -367,8 +404,9 @@ def test_each_plane_counts_what_a_replay_did(stack: Stack, api: httpx.Client) ->
 
     turns_topic, results_topic = "mnemoflow.turns", "mnemoflow.tool-results"
     deadline = time.monotonic() + 60
-    while delta(worker := scrape(urls["worker"]), worker_before, "mnemoflow_worker_events_consumed_total",
-                topic=turns_topic) < 2 * len(turns):  # fmt: skip
+    while delta(
+        worker := scrape(urls["worker"]), worker_before, "mnemoflow_worker_events_consumed_total", topic=turns_topic
+    ) < 2 * len(turns):
         assert time.monotonic() < deadline, "the replayed turns were not consumed"
         time.sleep(0.5)
     l1_settled(files, [user], pending_too=True)
@@ -388,8 +426,11 @@ def test_each_plane_counts_what_a_replay_did(stack: Stack, api: httpx.Client) ->
     assert moved("mnemoflow_worker_l1_jobs_published_total") >= 1
     runs_ok = moved("mnemoflow_worker_l1_runs_total", result="ok")
     assert runs_ok >= 1 and moved("mnemoflow_worker_l1_runs_total", result="failed") == 0
-    lag = {dict(labels)["partition"] for (name, labels), _ in worker.items()
-           if name == "mnemoflow_worker_consumer_lag" and dict(labels)["topic"] == turns_topic}  # fmt: skip
+    lag = {
+        dict(labels)["partition"]
+        for (name, labels), _ in worker.items()
+        if name == "mnemoflow_worker_consumer_lag" and dict(labels)["topic"] == turns_topic
+    }
     assert lag == {str(p) for p in range(stack.settings.turns_partitions)}  # one worker owns every partition
 
     api_after = scrape(urls["api"])
@@ -402,8 +443,10 @@ def test_each_plane_counts_what_a_replay_did(stack: Stack, api: httpx.Client) ->
     deadline = time.monotonic() + 90
     while True:  # Ray's agent exports every few seconds
         ray_after = scrape(ray_url)
-        written = sum(delta(ray_after, ray_before, "ray_mnemoflow_l1_atoms_total", action=a)
-                      for a in ("stored", "updated", "merged"))  # fmt: skip
+        written = sum(
+            delta(ray_after, ray_before, "ray_mnemoflow_l1_atoms_total", action=a)
+            for a in ("stored", "updated", "merged")
+        )
         seen = (
             delta(ray_after, ray_before, "ray_mnemoflow_shard_compaction_seconds_count", shard=shard),
             delta(ray_after, ray_before, "ray_mnemoflow_l1_runs_total", result="ok"),

@@ -24,9 +24,22 @@ def test_server_rrf_matches_client_rrf(tmp_path: Path) -> None:
     uri = str(tmp_path / "fusion.db")
     server = MilvusVectorStore.open(uri, dim=8, embedding_model="m", collection="c", fusion="server")
     client = MilvusVectorStore.open(uri, dim=8, embedding_model="m", collection="c", fusion="client")
-    server.upsert([AtomRow(id=f"a{i}", tenant="t", user=f"u{i % 3}", type=ATOM_TYPES[i % 3], priority=0,
-                           text=" ".join(rng.choices(WORDS, k=8)), vector=[rng.gauss(0, 1) for _ in range(8)],
-                           created=now, updated=now) for i in range(300)])
+    server.upsert(
+        [
+            AtomRow(
+                id=f"a{i}",
+                tenant="t",
+                user=f"u{i % 3}",
+                type=ATOM_TYPES[i % 3],
+                priority=0,
+                text=" ".join(rng.choices(WORDS, k=8)),
+                vector=[rng.gauss(0, 1) for _ in range(8)],
+                created=now,
+                updated=now,
+            )
+            for i in range(300)
+        ]
+    )
     for _ in range(20):
         user, text, vec = f"u{rng.randrange(3)}", " ".join(rng.choices(WORDS, k=3)), [rng.gauss(0, 1) for _ in range(8)]
         by_server = server.search("t", user, text, vec, 10)

@@ -64,8 +64,9 @@ def test_a_kafka_topic_for_every_topic_the_code_uses(rendered: dict[str, str], o
     assert topics[TOPIC_JOBS]["partitions"] == topics[TOPIC_TURNS]["partitions"]  # co-partitioned
     assert topics[TOPIC_COMMANDS]["partitions"] == topics[TOPIC_TURNS]["partitions"]  # co-partitioned
     assert topics[TOPIC_TOOL_RESULTS]["partitions"] == int(settings["MNEMOFLOW_TOOL_RESULTS_PARTITIONS"])
-    brokers = sum(p["spec"]["replicas"] for p in objs
-                  if p["kind"] == "KafkaNodePool" and "broker" in p["spec"]["roles"])  # fmt: skip
+    brokers = sum(
+        p["spec"]["replicas"] for p in objs if p["kind"] == "KafkaNodePool" and "broker" in p["spec"]["roles"]
+    )
     for name, spec in topics.items():
         assert spec["replicas"] <= brokers, name
         assert spec["replicas"] == int(settings["MNEMOFLOW_TOPIC_REPLICATION"]), name

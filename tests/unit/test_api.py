@@ -93,8 +93,9 @@ def test_a_key_sees_only_its_tenant(tmp_path: Path, client: TestClient) -> None:
     from mnemoflow.memory.l0 import L0Writer
     from mnemoflow.storage import LocalFileStore
 
-    event = TurnEvent(tenant="acme", message_id="m1", user="u1", session="s", role="user", content="secret",
-                      ts=datetime.now(UTC))  # fmt: skip
+    event = TurnEvent(
+        tenant="acme", message_id="m1", user="u1", session="s", role="user", content="secret", ts=datetime.now(UTC)
+    )
     L0Writer(LocalFileStore(tmp_path)).write([event])
     assert [m["content"] for m in client.get("/v1/users/u1/conversations", headers=KEY).json()] == ["secret"]
     other = client.get("/v1/users/u1/conversations", headers={"Authorization": "Bearer key-other"})

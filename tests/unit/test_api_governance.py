@@ -43,31 +43,46 @@ SAID = ["I am a chemist and I drink oat milk every morning", "Please always answ
 class Api:
     def __init__(self, root: Path) -> None:
         self.files = LocalFileStore(root)
-        L0Writer(self.files).write([TurnEvent(tenant="acme", message_id=f"m{i}", user="ana", session="s", role="user",
-                                              content=t, ts=T0) for i, t in enumerate(SAID)])  # fmt: skip
+        L0Writer(self.files).write(
+            [
+                TurnEvent(tenant="acme", message_id=f"m{i}", user="ana", session="s", role="user", content=t, ts=T0)
+                for i, t in enumerate(SAID)
+            ]
+        )
         self.store = InMemoryVectorStore(dim=64, embedding_model=EMB.model_id)
         clock = ManualClock(T0)
-        pipeline = L1Pipeline(files=self.files, store=self.store, embedder=EMB, extractor=HeuristicExtractor(),
-                              judge=HeuristicJudge(), clock=clock)  # fmt: skip
+        pipeline = L1Pipeline(
+            files=self.files,
+            store=self.store,
+            embedder=EMB,
+            extractor=HeuristicExtractor(),
+            judge=HeuristicJudge(),
+            clock=clock,
+        )
         asyncio.run(pipeline.run("acme", "ana"))
-        applier = OperationApplier.over(files=self.files, store=self.store, embedder=EMB, clock=clock,
-                                        pipeline=pipeline)  # fmt: skip
-        self.worker = CommandsHandler(HandlerContext(clock, RetryPolicy(attempts=1), WriterThread()), self.files,
-                                      applier.apply)  # fmt: skip
+        applier = OperationApplier.over(
+            files=self.files, store=self.store, embedder=EMB, clock=clock, pipeline=pipeline
+        )
+        self.worker = CommandsHandler(
+            HandlerContext(clock, RetryPolicy(attempts=1), WriterThread()), self.files, applier.apply
+        )
         self.bus = ListBus()
         settings_ = Settings(data_dir=root, api_keys={"acme": "key-acme", "other": "key-other"})
-        app = create_api(settings_, self.bus,
-                         recaller_factory=lambda: Recaller(store=self.store, embedder=EMB, files=self.files))
+        app = create_api(
+            settings_, self.bus, recaller_factory=lambda: Recaller(store=self.store, embedder=EMB, files=self.files)
+        )
         self.client = TestClient(app)
 
     def published(self) -> list[tuple[str, bytes]]:
-        return [(key, value) for topic, records in self.bus.sent if topic == TOPIC_COMMANDS
-                for key, value, _ in records]  # fmt: skip
+        return [
+            (key, value) for topic, records in self.bus.sent if topic == TOPIC_COMMANDS for key, value, _ in records
+        ]
 
     def work(self) -> None:
         """The worker consumes what was published so far."""
-        records = [RawRecord(value, key.encode(), TOPIC_COMMANDS, 0, i) for i, (key, value) in
-                   enumerate(self.published())]  # fmt: skip
+        records = [
+            RawRecord(value, key.encode(), TOPIC_COMMANDS, 0, i) for i, (key, value) in enumerate(self.published())
+        ]
         self.bus.sent.clear()
         asyncio.run(self.worker.handle(records))
 
@@ -82,8 +97,11 @@ def api(tmp_path: Path) -> Api:
 
 def test_a_patch_is_accepted_then_applied_and_read_back(api: Api) -> None:
     atom = api.atoms().json()["atoms"][0]
-    r = api.client.patch(f"/v1/users/ana/atoms/{atom['id']}", headers={**ACME, "Idempotency-Key": "edit-1"},
-                         json={"text": "Ana is a chemist who drinks soy milk"})  # fmt: skip
+    r = api.client.patch(
+        f"/v1/users/ana/atoms/{atom['id']}",
+        headers={**ACME, "Idempotency-Key": "edit-1"},
+        json={"text": "Ana is a chemist who drinks soy milk"},
+    )
     assert r.status_code == 202 and r.json()["status"] == "pending" and r.json()["id"] == "edit-1"
     ((key, _),) = api.published()
     assert key == "acme/ana"  # the user's partition, like the turns
@@ -106,8 +124,9 @@ def test_the_same_key_with_the_same_body_is_the_same_operation_and_with_another_
     assert api.client.get("/v1/operations/k1", headers=ACME).json()["result"]["action"] == "store"
     after = api.client.post("/v1/users/ana/memories", headers={**ACME, "Idempotency-Key": "k1"}, json=body)
     assert after.status_code == 200 and after.json()["status"] == "applied" and api.published() == []
-    clash = api.client.post("/v1/users/ana/memories", headers={**ACME, "Idempotency-Key": "k1"},
-                            json={"text": "Ana likes rowing"})  # fmt: skip
+    clash = api.client.post(
+        "/v1/users/ana/memories", headers={**ACME, "Idempotency-Key": "k1"}, json={"text": "Ana likes rowing"}
+    )
     assert clash.status_code == 409 and "another body" in clash.json()["detail"]
 
 
@@ -158,11 +177,18 @@ def test_import_through_the_api_lands_under_the_new_user(api: Api) -> None:
     assert copy == [a["content"] for a in api.atoms().json()["atoms"]]
 
 
-PATHS = st.sampled_from([
-    ("get", "/v1/users/ana/atoms"), ("get", "/v1/users/ana/atoms/{atom}/history"), ("get", "/v1/users/ana/export"),
-    ("patch", "/v1/users/ana/atoms/{atom}"), ("delete", "/v1/users/ana/atoms/{atom}"), ("delete", "/v1/users/ana"),
-    ("delete", "/v1/sessions/s"), ("get", "/v1/operations/{op}"),
-])
+PATHS = st.sampled_from(
+    [
+        ("get", "/v1/users/ana/atoms"),
+        ("get", "/v1/users/ana/atoms/{atom}/history"),
+        ("get", "/v1/users/ana/export"),
+        ("patch", "/v1/users/ana/atoms/{atom}"),
+        ("delete", "/v1/users/ana/atoms/{atom}"),
+        ("delete", "/v1/users/ana"),
+        ("delete", "/v1/sessions/s"),
+        ("get", "/v1/operations/{op}"),
+    ]
+)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -174,16 +200,20 @@ def test_another_tenants_key_never_reaches_these_atoms(api: Api, route: tuple[st
         api.bus.sent.clear()
     method, path = route
     params = {"wait": wait} if wait is not None else {}
-    r = api.client.request(method, path.format(atom=atom, op="seed"), headers=OTHER, params=params,
-                           json={"priority": 1} if method == "patch" else None)  # fmt: skip
+    r = api.client.request(
+        method,
+        path.format(atom=atom, op="seed"),
+        headers=OTHER,
+        params=params,
+        json={"priority": 1} if method == "patch" else None,
+    )
     assert r.status_code == 404, (route, r.status_code, r.text)
     assert api.published() == []
     assert atom in [a["id"] for a in api.atoms().json()["atoms"]]
 
 
 def test_an_import_may_be_larger_than_an_event_batch_but_is_bounded_too(tmp_path: Path) -> None:
-    settings_ = Settings(data_dir=tmp_path, api_keys={"acme": "key-acme"}, max_body_bytes=2048,
-                         max_import_bytes=8192)  # fmt: skip
+    settings_ = Settings(data_dir=tmp_path, api_keys={"acme": "key-acme"}, max_body_bytes=2048, max_import_bytes=8192)
     client = TestClient(create_api(settings_, ListBus()))
     big = b"x" * 4096
     assert client.post("/v1/users/ana/memories", headers=ACME, content=big).status_code == 413
@@ -193,7 +223,8 @@ def test_an_import_may_be_larger_than_an_event_batch_but_is_bounded_too(tmp_path
 
 
 def test_an_operation_kafka_did_not_accept_fails_saying_so_and_a_retry_with_its_key_resubmits_it(
-        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from mnemoflow.errors import ServiceUnavailable
 
     async def down(topic: str, records: list[tuple[str, bytes, int | None]]) -> None:

@@ -34,27 +34,45 @@ def setup(tmp_path: Path) -> tuple[TestClient, ListBus, list[tuple]]:
     import asyncio
 
     files = LocalFileStore(tmp_path)
-    events = [TurnEvent(tenant="acme", message_id=f"m{i}", user="ana", session="s", role="user", content=text,
-                        ts=T0) for i, text in enumerate(SAID)]  # fmt: skip
+    events = [
+        TurnEvent(tenant="acme", message_id=f"m{i}", user="ana", session="s", role="user", content=text, ts=T0)
+        for i, text in enumerate(SAID)
+    ]
     L0Writer(files).write(events)
     store = InMemoryVectorStore(dim=64, embedding_model=EMB.model_id)
-    pipeline = L1Pipeline(files=files, store=store, embedder=EMB, extractor=HeuristicExtractor(),
-                          judge=HeuristicJudge(), clock=ManualClock(T0))  # fmt: skip
+    pipeline = L1Pipeline(
+        files=files,
+        store=store,
+        embedder=EMB,
+        extractor=HeuristicExtractor(),
+        judge=HeuristicJudge(),
+        clock=ManualClock(T0),
+    )
     asyncio.run(pipeline.run("acme", "ana"))
     calls: list[tuple] = []
 
     async def compact(tenant: str, session: str, messages: list[dict[str, Any]], window: int) -> CompactReply:
         calls.append((tenant, session, len(messages), window))
-        return CompactReply(messages=messages, removed=[Removed("c0", "dropped", "refs/c0.md")], level="mild",
-                            tokens_before=90, tokens_after=40)  # fmt: skip
+        return CompactReply(
+            messages=messages,
+            removed=[Removed("c0", "dropped", "refs/c0.md")],
+            level="mild",
+            tokens_before=90,
+            tokens_after=40,
+        )
 
     async def state(tenant: str, session: str) -> SessionState:
         return SessionState(tenant=tenant, session=session, count=2, last_seq=1)
 
     bus = ListBus()
     settings = Settings(data_dir=tmp_path, api_keys={"acme": "key-acme", "other": "key-other"})
-    app = create_api(settings, bus, session_state=state, compact=compact,
-                     recaller_factory=lambda: Recaller(store=store, embedder=EMB, files=files))  # fmt: skip
+    app = create_api(
+        settings,
+        bus,
+        session_state=state,
+        compact=compact,
+        recaller_factory=lambda: Recaller(store=store, embedder=EMB, files=files),
+    )
     return TestClient(app), bus, calls
 
 
@@ -108,9 +126,13 @@ def test_compaction_goes_to_the_session_actor(setup: tuple) -> None:
     response = client.post("/v1/sessions/s/compact", json=body, headers=KEY)
     assert response.status_code == 200 and calls == [("acme", "s", 1, 8000)]
     assert response.json() == {
-        "messages": body["messages"], "level": "mild", "tokens_before": 90, "tokens_after": 40, "canvas": None,
+        "messages": body["messages"],
+        "level": "mild",
+        "tokens_before": 90,
+        "tokens_after": 40,
+        "canvas": None,
         "removed": [{"tool_call_id": "c0", "how": "dropped", "ref": "refs/c0.md", "node_id": None}],
-    }  # fmt: skip
+    }
     assert client.get("/v1/sessions/s/nodes/N1", headers=KEY).status_code == 404
     assert client.get("/v1/sessions/s/canvases", headers=KEY).json() == []
 

@@ -46,8 +46,13 @@ def test_a_tenant_over_its_limit_gets_429_with_retry_after_and_a_reason(tmp_path
 
 
 def test_limits_are_per_tenant_and_overrides_apply(tmp_path: Path) -> None:
-    client = api(tmp_path, api_keys={"acme": "ka", "vip": "kv"}, rate_limit_per_second=1, rate_limit_burst=1,
-                 rate_limits={"vip": {"per_second": 1, "burst": 5}})  # fmt: skip
+    client = api(
+        tmp_path,
+        api_keys={"acme": "ka", "vip": "kv"},
+        rate_limit_per_second=1,
+        rate_limit_burst=1,
+        rate_limits={"vip": {"per_second": 1, "burst": 5}},
+    )
     assert [conversations(client, "ka") for _ in range(2)] == [200, 429]
     assert [conversations(client, "kv") for _ in range(6)] == [200] * 5 + [429]  # acme's limit is not vip's
 

@@ -50,8 +50,13 @@ def write_l0(data: Path, user: str, lines: list[dict]) -> None:
 
 
 def l0_line(t: TurnIn, content: str | None = None) -> dict:
-    return {"id": t.message_id, "session": t.session, "role": t.role, "content": content or t.content,
-            "ts": TS.isoformat()}  # fmt: skip
+    return {
+        "id": t.message_id,
+        "session": t.session,
+        "role": t.role,
+        "content": content or t.content,
+        "ts": TS.isoformat(),
+    }
 
 
 def test_lost_duplicated_altered_and_reordered_events_are_counted(tmp_path: Path) -> None:
@@ -59,8 +64,18 @@ def test_lost_duplicated_altered_and_reordered_events_are_counted(tmp_path: Path
     results = [result(i) for i in range(3)]
     acked = {Acked.key_of(i): Acked(i, at=float(n), order=n) for n, i in enumerate([*turns, *results])}
     # m0 once, m1 twice, m2 altered, m3 lost, m4 before m2 (out of order), x never acknowledged
-    write_l0(tmp_path, "u", [l0_line(turns[0]), l0_line(turns[1]), l0_line(turns[1]), l0_line(turns[4]),
-                             l0_line(turns[2], "edited"), l0_line(turn(9))])  # fmt: skip
+    write_l0(
+        tmp_path,
+        "u",
+        [
+            l0_line(turns[0]),
+            l0_line(turns[1]),
+            l0_line(turns[1]),
+            l0_line(turns[4]),
+            l0_line(turns[2], "edited"),
+            l0_line(turn(9)),
+        ],
+    )
     session = tmp_path / TENANT / "sessions" / "t"
     (session / "refs").mkdir(parents=True)
     entries = []
@@ -81,9 +96,11 @@ def test_lost_duplicated_altered_and_reordered_events_are_counted(tmp_path: Path
     assert out.details["applied_not_acked"] == 1
     assert out.details["streams_out_of_order"] == ["u/s"]
 
-    faults = [Injection("worker_sigkill", at=0.5, pid=1, recovered=True, recovery_s=1.0, end=1.5),
-              Injection("broker_sigkill", at=20.0, pid=2, recovered=False, end=30.0),
-              Injection("shard_sigkill", at=40.0, note="no shard process found")]  # fmt: skip
+    faults = [
+        Injection("worker_sigkill", at=0.5, pid=1, recovered=True, recovery_s=1.0, end=1.5),
+        Injection("broker_sigkill", at=20.0, pid=2, recovered=False, end=30.0),
+        Injection("shard_sigkill", at=40.0, note="no shard process found"),
+    ]
     summary = summarise(acked, out, faults)
     assert (summary["events_acked"], summary["lost"], summary["duplicated"], summary["mismatched"]) == (8, 2, 1, 2)
     assert summary["faults"] == {"worker_sigkill": 1, "broker_sigkill": 1, "shard_sigkill": 0}

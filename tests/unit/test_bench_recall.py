@@ -23,11 +23,14 @@ def test_speakers_with_non_ascii_names_get_distinct_user_ids() -> None:
 
 
 def test_a_longmemeval_history_flattens_with_times_and_evidence() -> None:
-    item = {"haystack_session_ids": ["s/1", "s2"],
-            "haystack_dates": ["2023/05/30 (Tue) 23:40", "2023/06/01 (Thu) 08:00"],
-            "haystack_sessions": [[{"role": "user", "content": "hi", "has_answer": True},
-                                   {"role": "assistant", "content": "hello"}],
-                                  [{"role": "user", "content": "bye"}]]}
+    item = {
+        "haystack_session_ids": ["s/1", "s2"],
+        "haystack_dates": ["2023/05/30 (Tue) 23:40", "2023/06/01 (Thu) 08:00"],
+        "haystack_sessions": [
+            [{"role": "user", "content": "hi", "has_answer": True}, {"role": "assistant", "content": "hello"}],
+            [{"role": "user", "content": "bye"}],
+        ],
+    }
     turns = turns_of(item)
     assert [t["id"] for t in turns] == ["s_1-0", "s_1-1", "s2-0"]
     assert [t["evidence"] for t in turns] == [True, False, False]
@@ -43,5 +46,9 @@ def test_a_raw_turn_longer_than_a_row_becomes_rows_that_all_cite_it() -> None:
     turns = [{"id": "s-0", "text": "x" * (2 * RAW_CHARS + 5), "ts": ts}, {"id": "s-1", "text": "", "ts": ts}]
     rows = raw_rows("u", turns, HashingEmbedder(16))
     assert [(r.id, r.source_message_ids) for r in rows] == [
-        ("s-0.0", ["s-0"]), ("s-0.1", ["s-0"]), ("s-0.2", ["s-0"]), ("s-1.0", ["s-1"])]
+        ("s-0.0", ["s-0"]),
+        ("s-0.1", ["s-0"]),
+        ("s-0.2", ["s-0"]),
+        ("s-1.0", ["s-1"]),
+    ]
     assert rows[-1].text == "(empty)"

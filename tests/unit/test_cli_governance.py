@@ -20,8 +20,12 @@ from mnemoflow.testing import ManualClock
 
 T0 = datetime(2026, 2, 3, 10, 0, tzinfo=UTC)
 EMB = HashingEmbedder(384)
-SAID = ["I grow tomatoes on my balcony in Porto", "Remind me to call my sister Ines on Sundays",
-        "I am learning the cello", "Always keep answers short"]
+SAID = [
+    "I grow tomatoes on my balcony in Porto",
+    "Remind me to call my sister Ines on Sundays",
+    "I am learning the cello",
+    "Always keep answers short",
+]
 QUERIES = ["tomatoes", "sister", "cello", "answers", "balcony Porto"]
 
 
@@ -38,11 +42,23 @@ def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     monkeypatch.setenv("MNEMOFLOW_EMBEDDER", "hashing")
     settings = Settings(data_dir=tmp_path / "a", embedder="hashing")
     files = LocalFileStore(settings.data_dir)
-    L0Writer(files).write([TurnEvent(tenant="default", message_id=f"m{i}", user="rui", session="s", role="user",
-                                     content=t, ts=T0) for i, t in enumerate(SAID)])  # fmt: skip
+    L0Writer(files).write(
+        [
+            TurnEvent(tenant="default", message_id=f"m{i}", user="rui", session="s", role="user", content=t, ts=T0)
+            for i, t in enumerate(SAID)
+        ]
+    )
     store = open_store(settings, dim=EMB.dim, embedding_model=EMB.model_id)
-    asyncio.run(L1Pipeline(files=files, store=store, embedder=EMB, extractor=HeuristicExtractor(),
-                           judge=HeuristicJudge(), clock=ManualClock(T0)).run("default", "rui"))  # fmt: skip
+    asyncio.run(
+        L1Pipeline(
+            files=files,
+            store=store,
+            embedder=EMB,
+            extractor=HeuristicExtractor(),
+            judge=HeuristicJudge(),
+            clock=ManualClock(T0),
+        ).run("default", "rui")
+    )
     store.close()
     return settings
 
@@ -62,7 +78,8 @@ def test_export_then_import_elsewhere_under_another_id(data: Settings, tmp_path:
     out = CliRunner().invoke(app, ["export", "rui", "-o", str(bundle), "--data-dir", str(data.data_dir)])
     assert out.exit_code == 0, out.output
     other = Settings(data_dir=tmp_path / "b", embedder="hashing")
-    result = CliRunner().invoke(app, ["import", str(bundle), "--user", "rui2", "--tenant", "acme",
-                                      "--data-dir", str(other.data_dir)])  # fmt: skip
+    result = CliRunner().invoke(
+        app, ["import", str(bundle), "--user", "rui2", "--tenant", "acme", "--data-dir", str(other.data_dir)]
+    )
     assert result.exit_code == 0, result.output
     assert top(other, "acme", "rui2") == top(data, "default", "rui")

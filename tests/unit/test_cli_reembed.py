@@ -17,8 +17,20 @@ def test_reembed_moves_the_index_to_the_configured_model(tmp_path: Path, monkeyp
     settings = Settings(data_dir=tmp_path, embedder="hashing")
     old = open_store(settings, dim=384, embedding_model="old-model")
     unit = [1.0] + [0.0] * 383
-    rows = [AtomRow(id=f"a{i}", tenant="t", user="u", type="persona", priority=50, text=text, vector=unit,
-                    created=T0, updated=T0) for i, text in enumerate(["likes tea", "lives in Lyon"])]  # fmt: skip
+    rows = [
+        AtomRow(
+            id=f"a{i}",
+            tenant="t",
+            user="u",
+            type="persona",
+            priority=50,
+            text=text,
+            vector=unit,
+            created=T0,
+            updated=T0,
+        )
+        for i, text in enumerate(["likes tea", "lives in Lyon"])
+    ]
     old.upsert(rows)
     old.close()
     embedder = HashingEmbedder(dim=384)

@@ -179,8 +179,10 @@ def test_memory_governance_through_the_sdk(setup: tuple) -> None:  # noqa: F811
     assert [v.record.id for v in mf.history("ana", atom.id)] == [atom.id]
 
     edit = mf.edit("ana", atom.id, text="Please always answer in Portuguese", priority=90)
-    assert edit.status == "pending" and mf.edit("ana", atom.id, text="Please always answer in Portuguese",
-                                                 priority=90).id == edit.id  # fmt: skip
+    assert (
+        edit.status == "pending"
+        and mf.edit("ana", atom.id, text="Please always answer in Portuguese", priority=90).id == edit.id
+    )
     assert mf.edit("ana", atom.id, priority=10).id != edit.id  # another edit is another operation
     erase = mf.erase_user("ana")
     assert erase.kind == "erase_user" and mf.erase_user("ana").id == erase.id

@@ -28,14 +28,27 @@ from mnemoflow.storage import LocalFileStore
 from mnemoflow.testing import ManualClock, ScriptedLLM
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)
-TOPICS = ["hiking in the alps with a tent", "learning to play jazz piano chords", "python rust compiler work",
-          "cooking italian pasta at home", "training for a city marathon",
-          "reading science fiction novels"]  # fmt: skip
+TOPICS = [
+    "hiking in the alps with a tent",
+    "learning to play jazz piano chords",
+    "python rust compiler work",
+    "cooking italian pasta at home",
+    "training for a city marathon",
+    "reading science fiction novels",
+]
 
 
 def rec(i: int, text: str, at: datetime, kind: str = "episodic") -> L1Record:
-    return L1Record(id=f"a{i}", content=text, type=kind, priority=50, source_message_ids=[f"m{i}"],  # type: ignore[arg-type]
-                    timestamps=[at], created=at, updated=at)  # fmt: skip
+    return L1Record(
+        id=f"a{i}",
+        content=text,
+        type=kind,
+        priority=50,
+        source_message_ids=[f"m{i}"],  # type: ignore[arg-type]
+        timestamps=[at],
+        created=at,
+        updated=at,
+    )
 
 
 def write(files: LocalFileStore, records: list[L1Record], supersede: list[tuple[str, str]] = ()) -> None:  # type: ignore[assignment]
@@ -64,8 +77,12 @@ def env(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def many(n: int, start: int = 0) -> list[L1Record]:
-    return [rec(i, f"{TOPICS[i % len(TOPICS)]} note {i}", T0 + timedelta(seconds=i), "persona" if i % 7 == 0
-                else "episodic") for i in range(start, start + n)]  # fmt: skip
+    return [
+        rec(
+            i, f"{TOPICS[i % len(TOPICS)]} note {i}", T0 + timedelta(seconds=i), "persona" if i % 7 == 0 else "episodic"
+        )
+        for i in range(start, start + n)
+    ]
 
 
 def test_l1_done_wakeup_run_bounds_scenes_and_persona(env) -> None:  # type: ignore[no-untyped-def]
@@ -93,9 +110,20 @@ def test_l1_done_wakeup_run_bounds_scenes_and_persona(env) -> None:  # type: ign
 def test_llm_engines_through_scripted_model(tmp_path: Path) -> None:
     files, clock = LocalFileStore(tmp_path), ManualClock(T0)
     write(files, many(3))
-    scene = SceneReply.model_validate({"edits": [{"action": "create", "filename": "Outdoor Life", "sources": [],
-                                                  "summary": "hiking", "body": "## core narrative\nhikes",
-                                                  "atom_ids": ["a0", "a1", "a2"]}]})  # fmt: skip
+    scene = SceneReply.model_validate(
+        {
+            "edits": [
+                {
+                    "action": "create",
+                    "filename": "Outdoor Life",
+                    "sources": [],
+                    "summary": "hiking",
+                    "body": "## core narrative\nhikes",
+                    "atom_ids": ["a0", "a1", "a2"],
+                }
+            ]
+        }
+    )
     long_body = "# Persona\n" + "\n".join(f"- line {i} " + "x" * 60 for i in range(28))  # ~1,990 chars
     llm = ScriptedLLM([scene, PersonaReply(persona=long_body[:MAX_PERSONA_CHARS])])
     cur = Curator(files, clock, LLMSceneEngine(llm), LLMPersonaEngine(llm))
@@ -114,8 +142,10 @@ def test_superseded_records_are_not_fed_and_cursor_skips_consumed(env) -> None: 
     out = asyncio.run(cur.run_now("acme", "alice"))
     assert out.status == "applied" and spy.seen == [["a2", "a3"]]
     # a record written later with the same timestamp as the cursor is still picked up; consumed ones are not
-    write(files, [rec(4, "plays chess at the club", T0 + timedelta(seconds=5)),
-                  rec(5, "runs daily", T0 + timedelta(seconds=9))])
+    write(
+        files,
+        [rec(4, "plays chess at the club", T0 + timedelta(seconds=5)), rec(5, "runs daily", T0 + timedelta(seconds=9))],
+    )
     asyncio.run(cur.run_now("acme", "alice"))
     assert spy.seen[-1] == ["a4", "a5"]
     asyncio.run(cur.run_now("acme", "alice"))  # nothing new: skipped, no window

@@ -28,8 +28,14 @@ OPEN = DedupConfig(store_below=0.0, skip_similarity=1.0)  # every atom with a ca
 
 
 def extraction(content: str, mid: str) -> ExtractionOut:
-    return ExtractionOut(scenes=[SceneOut(scene_name="home", memories=[
-        MemoryOut(content=content, type="persona", priority=70, source_message_ids=[mid])])])
+    return ExtractionOut(
+        scenes=[
+            SceneOut(
+                scene_name="home",
+                memories=[MemoryOut(content=content, type="persona", priority=70, source_message_ids=[mid])],
+            )
+        ]
+    )
 
 
 class World:
@@ -37,20 +43,38 @@ class World:
         self.files = LocalFileStore(root)
         self.store = InMemoryVectorStore(dim=64, embedding_model=EMB.model_id)
         self.extract_llm, self.judge_llm = ScriptedLLM(), ScriptedLLM()
-        self.pipeline = L1Pipeline(files=self.files, store=self.store, embedder=EMB,
-                                   extractor=LLMExtractor(self.extract_llm), judge=LLMDedupJudge(self.judge_llm),
-                                   clock=ManualClock(T0 + timedelta(days=1)), dedup=config)
+        self.pipeline = L1Pipeline(
+            files=self.files,
+            store=self.store,
+            embedder=EMB,
+            extractor=LLMExtractor(self.extract_llm),
+            judge=LLMDedupJudge(self.judge_llm),
+            clock=ManualClock(T0 + timedelta(days=1)),
+            dedup=config,
+        )
         self.n = 0
 
     def say(self, text: str, memory: str, *decisions: DedupDecision | ScriptedCall) -> str:
         mid = f"m{self.n}"
-        L0Writer(self.files).write([TurnEvent(tenant="t", message_id=mid, user="u", session="s", role="user",
-                                              content=text, ts=T0 + timedelta(minutes=self.n))])
+        L0Writer(self.files).write(
+            [
+                TurnEvent(
+                    tenant="t",
+                    message_id=mid,
+                    user="u",
+                    session="s",
+                    role="user",
+                    content=text,
+                    ts=T0 + timedelta(minutes=self.n),
+                )
+            ]
+        )
         self.n += 1
         self.extract_llm.push(extraction(memory, mid))
         if decisions:
-            self.judge_llm.push(lambda call: DedupOut(decisions=[
-                d.model_copy(update={"record_id": new_id(call)}) for d in decisions]))
+            self.judge_llm.push(
+                lambda call: DedupOut(decisions=[d.model_copy(update={"record_id": new_id(call)}) for d in decisions])
+            )
         asyncio.run(self.pipeline.run("t", "u"))
         return mid
 
@@ -88,9 +112,18 @@ def test_update_and_merge_replace_targets_mark_them_and_keep_provenance(tmp_path
     w = World(tmp_path)
     m0 = w.say("I live in Paris", "Sam lives in Paris")
     old = first_id(w)
-    m1 = w.say("moved to Lyon", "Sam moved to Lyon", DedupDecision(
-        record_id="", action=action, target_ids=[old], merged_content="Sam lived in Paris, now lives in Lyon",
-        merged_type="persona", merged_priority=85))
+    m1 = w.say(
+        "moved to Lyon",
+        "Sam moved to Lyon",
+        DedupDecision(
+            record_id="",
+            action=action,
+            target_ids=[old],
+            merged_content="Sam lived in Paris, now lives in Lyon",
+            merged_type="persona",
+            merged_priority=85,
+        ),
+    )
     live = w.live()
     assert len(live) == 1 and live[0].content == "Sam lived in Paris, now lives in Lyon"
     assert live[0].action == action and live[0].merged_from == [old] and live[0].priority == 85
@@ -106,8 +139,11 @@ def test_update_and_merge_replace_targets_mark_them_and_keep_provenance(tmp_path
 def test_target_ids_outside_the_candidates_are_rejected(tmp_path: Path) -> None:
     w = World(tmp_path)
     w.say("I like tea", "Sam likes green tea")
-    w.say("coffee", "Sam likes coffee", DedupDecision(record_id="", action="update", target_ids=["a_not_a_candidate"],
-                                                    merged_content="x"))
+    w.say(
+        "coffee",
+        "Sam likes coffee",
+        DedupDecision(record_id="", action="update", target_ids=["a_not_a_candidate"], merged_content="x"),
+    )
     assert len(w.live()) == 2  # became a store; nothing was deleted
     assert w.pipeline.deduper.stats.rejected_targets == 1
 
@@ -136,9 +172,24 @@ def atom(text: str, kind: str = "persona") -> NewAtom:
 
 def seeded(texts: list[str]) -> InMemoryVectorStore:
     from mnemoflow.ports.vectors import AtomRow
+
     store = InMemoryVectorStore(dim=64, embedding_model=EMB.model_id)
-    store.upsert([AtomRow(id=f"old{i}", tenant="t", user="u", type="persona", priority=60, text=t,
-                          vector=EMB.embed([t])[0], created=T0, updated=T0) for i, t in enumerate(texts)])
+    store.upsert(
+        [
+            AtomRow(
+                id=f"old{i}",
+                tenant="t",
+                user="u",
+                type="persona",
+                priority=60,
+                text=t,
+                vector=EMB.embed([t])[0],
+                created=T0,
+                updated=T0,
+            )
+            for i, t in enumerate(texts)
+        ]
+    )
     return store
 
 
@@ -146,8 +197,11 @@ def test_the_gate_decides_clear_cases_without_a_model_call() -> None:
     store = seeded(["Sam is allergic to peanuts"])
     judge = LLMDedupJudge(ScriptedLLM())  # any call would fail: no responses
     deduper = Deduper(store, judge, DedupConfig(skip_similarity=0.9, store_below=0.5))
-    plans = asyncio.run(deduper.plan("t", "u", [atom("Sam is allergic to peanuts."),
-                                                  atom("Quarterly budget spreadsheet deadline Friday")]))
+    plans = asyncio.run(
+        deduper.plan(
+            "t", "u", [atom("Sam is allergic to peanuts."), atom("Quarterly budget spreadsheet deadline Friday")]
+        )
+    )
     assert [p.action for p in plans] == ["skip", "store"] and all(p.gated for p in plans)
     assert deduper.stats.judge_calls == 0 and deduper.stats.judge_calls_saved == 1
     # other users' atoms are never candidates

@@ -40,15 +40,32 @@ class World:
         self.files = LocalFileStore(root)
         self.store = InMemoryVectorStore(dim=64, embedding_model=EMB.model_id)
         self.extract_llm, self.judge_llm = extractor_llm or ScriptedLLM(), ScriptedLLM()  # no judge answers
-        self.pipeline = L1Pipeline(files=self.files, store=self.store, embedder=EMB,
-                                   extractor=LLMExtractor(self.extract_llm), judge=LLMDedupJudge(self.judge_llm),
-                                   clock=ManualClock(T0 + timedelta(days=1)), dedup=config)
+        self.pipeline = L1Pipeline(
+            files=self.files,
+            store=self.store,
+            embedder=EMB,
+            extractor=LLMExtractor(self.extract_llm),
+            judge=LLMDedupJudge(self.judge_llm),
+            clock=ManualClock(T0 + timedelta(days=1)),
+            dedup=config,
+        )
         self.n = 0
 
     def turn(self, text: str) -> str:
         mid = f"m{self.n}"
-        L0Writer(self.files).write([TurnEvent(tenant="t", message_id=mid, user="u", session="s", role="user",
-                                              content=text, ts=T0 + timedelta(minutes=self.n))])
+        L0Writer(self.files).write(
+            [
+                TurnEvent(
+                    tenant="t",
+                    message_id=mid,
+                    user="u",
+                    session="s",
+                    role="user",
+                    content=text,
+                    ts=T0 + timedelta(minutes=self.n),
+                )
+            ]
+        )
         self.n += 1
         return mid
 
@@ -105,9 +122,17 @@ def test_update_and_merge_decided_in_the_extraction_reply(tmp_path: Path, action
     w = World(tmp_path)
     w.say("I live in Paris", fact("Sam lives in Paris"))
     old = w.live()[0].id
-    result = w.say("moved to Lyon", fact("Sam moved to Lyon", decision=action, target_ids=[old],
-                                         merged_content="Sam lived in Paris, now lives in Lyon",
-                                         merged_type="persona", merged_priority=85))
+    result = w.say(
+        "moved to Lyon",
+        fact(
+            "Sam moved to Lyon",
+            decision=action,
+            target_ids=[old],
+            merged_content="Sam lived in Paris, now lives in Lyon",
+            merged_type="persona",
+            merged_priority=85,
+        ),
+    )
     live = w.live()
     assert len(live) == 1 and live[0].content == "Sam lived in Paris, now lives in Lyon"
     assert live[0].action == action and live[0].merged_from == [old] and live[0].priority == 85
@@ -123,8 +148,10 @@ def test_invalid_targets_are_dropped_and_an_update_without_valid_target_becomes_
     w = World(tmp_path)
     w.say("I live in Paris", fact("Sam lives in Paris"))
     old = w.live()[0].id
-    w.say("moved", fact("Sam moved to Lyon", decision="update", target_ids=["a_ghost", old],
-                        merged_content="Sam lives in Lyon"))
+    w.say(
+        "moved",
+        fact("Sam moved to Lyon", decision="update", target_ids=["a_ghost", old], merged_content="Sam lives in Lyon"),
+    )
     assert [r.content for r in w.live()] == ["Sam lives in Lyon"] and w.live()[0].merged_from == [old]
     w.say("coffee", fact("Sam likes coffee", decision="merge", target_ids=["a_not_shown"], merged_content="x"))
     assert [r.content for r in w.live()] == ["Sam lives in Lyon", "Sam likes coffee"]  # became a store
@@ -134,8 +161,9 @@ def test_invalid_targets_are_dropped_and_an_update_without_valid_target_becomes_
 def test_atoms_left_undecided_still_go_to_the_judge_and_are_counted(tmp_path: Path) -> None:
     w = World(tmp_path)
     w.say("I like tea", fact("Sam likes green tea"))
-    w.judge_llm.push(lambda call: DedupOut(decisions=[DedupDecision(record_id=new_id(call), action="skip",
-                                                                  target_ids=[])]))
+    w.judge_llm.push(
+        lambda call: DedupOut(decisions=[DedupDecision(record_id=new_id(call), action="skip", target_ids=[])])
+    )
     result = w.say("tea and chess", fact("Sam likes tea", decision="skip"), fact("Sam likes tea and chess"))
     judged = w.judge_llm.calls
     assert len(judged) == 1 and "NEW 2" not in judged[0].messages[1].content  # only the undecided atom
@@ -150,8 +178,7 @@ def test_the_gate_still_decides_first(tmp_path: Path) -> None:
     w = World(tmp_path, DedupConfig(store_below=0.999, skip_similarity=1.0))
     w.say("I like tea", fact("Sam likes green tea"))
     old = w.live()[0].id
-    result = w.say("chess", fact("Sam plays chess on Sundays", decision="update", target_ids=[old],
-                                 merged_content="x"))
+    result = w.say("chess", fact("Sam plays chess on Sundays", decision="update", target_ids=[old], merged_content="x"))
     assert [r.content for r in w.live()] == ["Sam likes green tea", "Sam plays chess on Sundays"]
     assert result.superseded == 0 and w.pipeline.deduper.stats.gated_store == 2
 
@@ -172,9 +199,11 @@ def test_one_model_call_per_window_over_a_backlog(tmp_path: Path) -> None:
     old = w.live()[0].id
     for text in ("tea", "more tea", "chess"):
         w.turn(text)
-    replies = [[mem("Sam likes tea", "m1", decision="skip")],
-               [mem("Sam loves green tea", "m2", decision="merge", target_ids=[old], merged_content="Sam loves tea")],
-               [mem("Sam plays chess", "m3", decision="store")]]
+    replies = [
+        [mem("Sam likes tea", "m1", decision="skip")],
+        [mem("Sam loves green tea", "m2", decision="merge", target_ids=[old], merged_content="Sam loves tea")],
+        [mem("Sam plays chess", "m3", decision="store")],
+    ]
     w.extract_llm.push(*[ExtractionOut(scenes=[SceneOut(scene_name="s", memories=r)]) for r in replies])
     w.pipeline.settings = L1Settings(new_size=1)
     result = asyncio.run(w.pipeline.run("t", "u"))
@@ -189,8 +218,19 @@ def test_re_running_decided_windows_adds_nothing(tmp_path: Path) -> None:
     w.say("chess", fact("Sam plays chess", decision="store"))
     before = len(RecordLog(w.files, "t", "u").read(live_only=False))
     w.files.write_atomic("t/users/u/state/l1_cursor.json", b"{}")
-    w.extract_llm.push(ExtractionOut(scenes=[SceneOut(scene_name="home", memories=[
-        mem("Sam likes green tea", "m0", decision="store"), mem("Sam plays chess", "m1", decision="store")])]))
+    w.extract_llm.push(
+        ExtractionOut(
+            scenes=[
+                SceneOut(
+                    scene_name="home",
+                    memories=[
+                        mem("Sam likes green tea", "m0", decision="store"),
+                        mem("Sam plays chess", "m1", decision="store"),
+                    ],
+                )
+            ]
+        )
+    )
     again = asyncio.run(w.pipeline.run("t", "u"))
     assert again.stored == 0 and again.skipped == 2  # the id gate runs before any decision
     assert len(RecordLog(w.files, "t", "u").read(live_only=False)) == before
@@ -199,12 +239,30 @@ def test_re_running_decided_windows_adds_nothing(tmp_path: Path) -> None:
 def test_heuristic_engine_counts_what_a_model_engine_would_need(tmp_path: Path) -> None:
     files = LocalFileStore(tmp_path)
     store = InMemoryVectorStore(dim=64, embedding_model=EMB.model_id)
-    p = L1Pipeline(files=files, store=store, embedder=EMB, extractor=HeuristicExtractor(), judge=HeuristicJudge(),
-                   clock=ManualClock(T0 + timedelta(days=1)), dedup=OPEN,
-                   settings=L1Settings(count_model_calls=True))
+    p = L1Pipeline(
+        files=files,
+        store=store,
+        embedder=EMB,
+        extractor=HeuristicExtractor(),
+        judge=HeuristicJudge(),
+        clock=ManualClock(T0 + timedelta(days=1)),
+        dedup=OPEN,
+        settings=L1Settings(count_model_calls=True),
+    )
     for i, text in enumerate(["Sam owns a bike and rides it daily.", "Sam owns a red bike and rides it daily."]):
-        L0Writer(files).write([TurnEvent(tenant="t", message_id=f"m{i}", user="u", session="s", role="user",
-                                         content=text, ts=T0 + timedelta(minutes=i))])
+        L0Writer(files).write(
+            [
+                TurnEvent(
+                    tenant="t",
+                    message_id=f"m{i}",
+                    user="u",
+                    session="s",
+                    role="user",
+                    content=text,
+                    ts=T0 + timedelta(minutes=i),
+                )
+            ]
+        )
         result = asyncio.run(p.run("t", "u"))
     stats = p.deduper.stats
     assert result.llm_calls == 0 and stats.judge_passes == 1  # the heuristic judge still decides
@@ -224,16 +282,40 @@ def test_deduper_without_shown_candidates_counts_every_judged_pass_for_a_model()
 
 def _record(d: AtomDraft):
     from mnemoflow.memory.l1.models import L1Record
-    return L1Record(id=d.atom_id("t", "u"), content=d.content, type=d.type, priority=d.priority,
-                    source_message_ids=list(d.source_message_ids), timestamps=[T0], created=T0, updated=T0)
+
+    return L1Record(
+        id=d.atom_id("t", "u"),
+        content=d.content,
+        type=d.type,
+        priority=d.priority,
+        source_message_ids=list(d.source_message_ids),
+        timestamps=[T0],
+        created=T0,
+        updated=T0,
+    )
 
 
 def test_shown_candidates_interleave_the_best_hits_of_each_user_message() -> None:
     from mnemoflow.ports.vectors import AtomRow
+
     store = InMemoryVectorStore(dim=64, embedding_model=EMB.model_id)
     texts = ["Sam likes green tea", "Sam likes black tea", "Sam plays chess on Sundays"]
-    store.upsert([AtomRow(id=f"old{i}", tenant="t", user="u", type="persona", priority=60, text=t,
-                          vector=EMB.embed([t])[0], created=T0, updated=T0) for i, t in enumerate(texts)])
+    store.upsert(
+        [
+            AtomRow(
+                id=f"old{i}",
+                tenant="t",
+                user="u",
+                type="persona",
+                priority=60,
+                text=t,
+                vector=EMB.embed([t])[0],
+                created=T0,
+                updated=T0,
+            )
+            for i, t in enumerate(texts)
+        ]
+    )
     deduper = Deduper(store, HeuristicJudge(), OPEN.model_copy(update={"shown": 2}))
     queries = ["I like green tea a lot", "chess on Sundays"]
     shown = deduper.shown("t", "u", list(zip(queries, EMB.embed(queries), strict=True)))

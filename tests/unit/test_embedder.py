@@ -86,8 +86,9 @@ def test_similar_sentences_are_closer_than_unrelated(embedder: Embedder) -> None
 
 def test_minilm_understands_paraphrase_without_shared_words() -> None:
     e = _minilm()
-    cat, kitten, market = e.embed(["A cat sits on the mat.", "A kitten is resting on a rug.",
-                                   "Stock prices fell sharply today."])
+    cat, kitten, market = e.embed(
+        ["A cat sits on the mat.", "A kitten is resting on a rug.", "Stock prices fell sharply today."]
+    )
     assert _cos(cat, kitten) > 0.5 > _cos(cat, market) + 0.3
 
 

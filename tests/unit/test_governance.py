@@ -71,10 +71,22 @@ class Stack:
         (root / "index").mkdir(parents=True, exist_ok=True)
         self.index = str(root / "index" / "atoms.sqlite")
         self.store = SqliteVectorStore.open(self.index, dim=EMB.dim, embedding_model=EMB.model_id)
-        self.pipeline = L1Pipeline(files=self.files, store=self.store, embedder=EMB, extractor=HeuristicExtractor(),
-                                   judge=HeuristicJudge(), clock=self.clock)  # fmt: skip
-        self.applier = OperationApplier.over(files=self.files, store=self.store, embedder=EMB, clock=self.clock,
-                                             pipeline=self.pipeline, scrub=lambda: scrub_sqlite_index(self.index))
+        self.pipeline = L1Pipeline(
+            files=self.files,
+            store=self.store,
+            embedder=EMB,
+            extractor=HeuristicExtractor(),
+            judge=HeuristicJudge(),
+            clock=self.clock,
+        )
+        self.applier = OperationApplier.over(
+            files=self.files,
+            store=self.store,
+            embedder=EMB,
+            clock=self.clock,
+            pipeline=self.pipeline,
+            scrub=lambda: scrub_sqlite_index(self.index),
+        )
         ctx = HandlerContext(self.clock, RetryPolicy(attempts=2, base_delay=0.01), WriterThread())
         self.turns = TurnsHandler(ctx, self.files)
         self.tools = ToolResultsHandler(ctx, self.files)
@@ -86,15 +98,32 @@ class Stack:
         return RawRecord(model.model_dump_json().encode(), b"k", topic, 0, self.offset)
 
     def say(self, user: str, texts: list[str], session: str, at: datetime = T0) -> list[TurnEvent]:
-        events = [TurnEvent(tenant=self.tenant, message_id=f"{user}-{session}-{i}", user=user, session=session,
-                            role="user", content=t, ts=at + timedelta(minutes=i)) for i, t in enumerate(texts)]
+        events = [
+            TurnEvent(
+                tenant=self.tenant,
+                message_id=f"{user}-{session}-{i}",
+                user=user,
+                session=session,
+                role="user",
+                content=t,
+                ts=at + timedelta(minutes=i),
+            )
+            for i, t in enumerate(texts)
+        ]
         asyncio.run(self.turns.handle([self.raw(e) for e in events]))
         asyncio.run(self.pipeline.run(self.tenant, user))
         return events
 
     def tool(self, session: str, call: str, content: str) -> ToolResultEvent:
-        event = ToolResultEvent(tenant=self.tenant, tool_call_id=call, session=session, tool_name="bash",
-                                arguments="{}", content=content, ts=T0)  # fmt: skip
+        event = ToolResultEvent(
+            tenant=self.tenant,
+            tool_call_id=call,
+            session=session,
+            tool_name="bash",
+            arguments="{}",
+            content=content,
+            ts=T0,
+        )
         asyncio.run(self.tools.handle([self.raw(event)]))
         return event
 
@@ -128,20 +157,27 @@ def live(s: Stack, user: str) -> list[Any]:
 def test_edit_makes_a_new_manual_version_with_provenance_and_history(stack: Stack) -> None:
     old = next(r for r in live(stack, "ana") if "axolotl" in r.content)
     stack.clock.advance(60)
-    stack.apply(PatchAtom(user="ana", atom_id=old.id, text="Ana keeps an axolotl called Zorblatt II", priority=90),
-                "op-edit")  # fmt: skip
+    stack.apply(
+        PatchAtom(user="ana", atom_id=old.id, text="Ana keeps an axolotl called Zorblatt II", priority=90), "op-edit"
+    )
     status = stack.status("op-edit")
     assert status.status == "applied" and status.result["supersedes"] == old.id
     new = next(r for r in live(stack, "ana") if r.id == status.result["atom_id"])
-    assert (new.content, new.priority, new.origin, new.action) == ("Ana keeps an axolotl called Zorblatt II", 90,
-                                                                   "manual", "edit")  # fmt: skip
+    assert (new.content, new.priority, new.origin, new.action) == (
+        "Ana keeps an axolotl called Zorblatt II",
+        90,
+        "manual",
+        "edit",
+    )
     assert new.source_message_ids == old.source_message_ids and new.type == old.type
     assert old.id not in {r.id for r in live(stack, "ana")}
     assert stack.top("ana", "axolotl Zorblatt II")[0] == new.id
     assert stack.store.get("acme", "ana", [old.id]) == []
     versions = history(RecordLog(stack.files, "acme", "ana").read(live_only=False), old.id)
-    assert [(v.record.id, v.made_by, v.event) for v in versions] == [(old.id, "extraction", "store"),
-                                                                     (new.id, "manual", "edit")]  # fmt: skip
+    assert [(v.record.id, v.made_by, v.event) for v in versions] == [
+        (old.id, "extraction", "store"),
+        (new.id, "manual", "edit"),
+    ]
 
 
 def test_an_operation_is_applied_once_and_its_id_cannot_carry_another_body(stack: Stack) -> None:
@@ -151,8 +187,9 @@ def test_an_operation_is_applied_once_and_its_id_cannot_carry_another_body(stack
     again = asyncio.run(stack.commands.handle([stack.raw(event)]))  # Kafka re-delivers it
     assert not again.parked
     assert sorted(p.read_bytes() for p in (stack.root / "acme/users/ana/records").iterdir()) == before
-    other = OperationEvent(tenant="acme", operation_id="op-1", op=DeleteAtom(user="ana", atom_id=atom.id),
-                           submitted_at=T0)  # fmt: skip
+    other = OperationEvent(
+        tenant="acme", operation_id="op-1", op=DeleteAtom(user="ana", atom_id=atom.id), submitted_at=T0
+    )
     parked = asyncio.run(stack.commands.handle([stack.raw(other)])).parked
     assert len(parked) == 1 and "another body" in parked[0].reason
     assert stack.status("op-1").kind == "patch_atom"
@@ -163,8 +200,9 @@ def test_delete_removes_from_index_and_listing_and_shows_in_history(stack: Stack
     stack.apply(DeleteAtom(user="ana", atom_id=atom.id), "op-del")
     assert stack.status("op-del").result["index_rows_removed"] == 1
     assert atom.id not in stack.top("ana", "violin lessons Pemberwick")
-    assert atom.id not in {r.id for r in page(RecordLog(stack.files, "acme", "ana").read(False), AtomFilter(), 100,
-                                              None).atoms}  # fmt: skip
+    assert atom.id not in {
+        r.id for r in page(RecordLog(stack.files, "acme", "ana").read(False), AtomFilter(), 100, None).atoms
+    }
     versions = history(RecordLog(stack.files, "acme", "ana").read(live_only=False), atom.id)
     assert [v.event for v in versions] == ["store", "delete"]
     stack.apply(PatchAtom(user="ana", atom_id=atom.id, priority=3), "op-late-edit")
@@ -230,8 +268,16 @@ def test_erasing_a_session_removes_its_files_and_drops_its_old_results(stack: St
     assert (stack.root / "acme/sessions/s-ben/offload.jsonl").exists()
 
 
-QUESTIONS = ["what pet does she have", "which language should I answer in", "tea", "violin", "where does she work",
-             "daughter", "observatory night", "glass"]
+QUESTIONS = [
+    "what pet does she have",
+    "which language should I answer in",
+    "tea",
+    "violin",
+    "where does she work",
+    "daughter",
+    "observatory night",
+    "glass",
+]
 
 
 def test_export_then_import_under_another_tenant_and_user_gives_the_same_recall(stack: Stack, tmp_path: Path) -> None:

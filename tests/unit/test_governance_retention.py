@@ -23,11 +23,34 @@ NOW = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
 
 
 def seed(files: LocalFileStore, tenant: str) -> None:
-    L0Writer(files).write([TurnEvent(tenant=tenant, message_id=f"m{d}", user="u", session="s", role="user",
-                                     content=f"day {d}", ts=NOW - timedelta(days=d)) for d in (1, 5, 40)])  # fmt: skip
-    OffloadWriter(files).write([ToolResultEvent(tenant=tenant, tool_call_id=f"c{d}", session="s", tool_name="bash",
-                                                arguments="", content=f"output {d}", ts=NOW - timedelta(days=d))
-                                for d in (40, 20, 5, 1)])  # fmt: skip
+    L0Writer(files).write(
+        [
+            TurnEvent(
+                tenant=tenant,
+                message_id=f"m{d}",
+                user="u",
+                session="s",
+                role="user",
+                content=f"day {d}",
+                ts=NOW - timedelta(days=d),
+            )
+            for d in (1, 5, 40)
+        ]
+    )
+    OffloadWriter(files).write(
+        [
+            ToolResultEvent(
+                tenant=tenant,
+                tool_call_id=f"c{d}",
+                session="s",
+                tool_name="bash",
+                arguments="",
+                content=f"output {d}",
+                ts=NOW - timedelta(days=d),
+            )
+            for d in (40, 20, 5, 1)
+        ]
+    )
 
 
 def test_each_tenant_keeps_what_its_policy_allows(tmp_path: Path) -> None:
@@ -40,13 +63,20 @@ def test_each_tenant_keeps_what_its_policy_allows(tmp_path: Path) -> None:
     assert done["acme"].model_dump() == {"l0_days": 1, "offload_entries": 1, "refs": 2}
     assert [m.content for m in read_l0(files, "acme", "u")] == ["day 5", "day 1"]
     assert [e.tool_call_id for e in read_entries(files, "acme", "s")] == ["c20", "c5", "c1"]
-    assert [read_ref(files, "acme", "s", c) is not None for c in ("c40", "c20", "c5", "c1")] == [False, False, True,
-                                                                                                 True]  # fmt: skip
+    assert [read_ref(files, "acme", "s", c) is not None for c in ("c40", "c20", "c5", "c1")] == [
+        False,
+        False,
+        True,
+        True,
+    ]
     assert len(read_l0(files, "keep", "u")) == 3 and len(read_entries(files, "keep", "s")) == 4  # not listed: kept
     assert asyncio.run(sweeper.run())["acme"].model_dump() == {"l0_days": 0, "offload_entries": 0, "refs": 0}
     # The newest entry always stays, so the next result continues the sequence.
-    asyncio.run(RetentionSweeper(HandlerContext(ManualClock(NOW + timedelta(days=400)), RetryPolicy(),
-                                                WriterThread()), files, policies).run())  # fmt: skip
+    asyncio.run(
+        RetentionSweeper(
+            HandlerContext(ManualClock(NOW + timedelta(days=400)), RetryPolicy(), WriterThread()), files, policies
+        ).run()
+    )
     assert [e.seq for e in read_entries(files, "acme", "s")] == [3]
 
     api = TestClient(create_api(Settings(data_dir=tmp_path, api_keys={"acme": "k"}), ListBus()))

@@ -86,8 +86,9 @@ def turn(i: int, user: str = "ana", role: str = "user") -> TurnEvent:
 
 
 def result(i: int, session: str = "s1") -> ToolResultEvent:
-    return ToolResultEvent(tenant="t", session=session, tool_call_id=f"c{i}", tool_name="bash", arguments="{}",
-                           content=f"out {i}\n", ts=T0)  # fmt: skip
+    return ToolResultEvent(
+        tenant="t", session=session, tool_call_id=f"c{i}", tool_name="bash", arguments="{}", content=f"out {i}\n", ts=T0
+    )
 
 
 def test_turns_are_written_and_bad_records_parked_with_origin_bytes_and_reason(tmp_path: Path) -> None:
@@ -140,8 +141,9 @@ def test_new_turns_make_l1_runs_due_and_they_are_published_as_jobs(tmp_path: Pat
     handler = TurnsHandler(s.ctx, s.files, L1Scheduler(s.files))
     out = run(handler.handle([record(turn(0), 0), record(turn(1, role="assistant"), 1), record(turn(2, "bo"), 2)]))
     assert sorted((j.user, j.kind, j.reason, j.requested_at) for j in out.jobs) == [
-        ("ana", "run", "threshold", T0), ("bo", "run", "threshold", T0)
-    ]  # fmt: skip
+        ("ana", "run", "threshold", T0),
+        ("bo", "run", "threshold", T0),
+    ]
     messages = out.messages()
     assert {(m.topic, m.key) for m in messages} == {(TOPIC_JOBS, b"t/ana"), (TOPIC_JOBS, b"t/bo")}
     assert load_triggers(s.files, "t", "ana").running
@@ -170,12 +172,16 @@ def test_tool_results_are_stored_and_the_shards_told_what_was_added(tmp_path: Pa
         told.append(appended)
 
     handler = ToolResultsHandler(s.ctx, s.files, notify)
-    records = [record(result(0), 0, TOPIC_TOOL_RESULTS), record(b"not json", 1, TOPIC_TOOL_RESULTS),
-               record(result(1, "s2"), 2, TOPIC_TOOL_RESULTS)]  # fmt: skip
+    records = [
+        record(result(0), 0, TOPIC_TOOL_RESULTS),
+        record(b"not json", 1, TOPIC_TOOL_RESULTS),
+        record(result(1, "s2"), 2, TOPIC_TOOL_RESULTS),
+    ]
     out = run(handler.handle(records))
     assert [(a.session, [e.tool_call_id for e in a.new_entries], a.last_seq) for a in out.appended] == [
-        ("s1", ["c0"], 0), ("s2", ["c1"], 0)
-    ]  # fmt: skip
+        ("s1", ["c0"], 0),
+        ("s2", ["c1"], 0),
+    ]
     assert told == [out.appended]
     assert [d.reason.split(":")[0] for d in out.parked] == ["invalid tool-result event"]
     assert read_ref(s.files, "t", "s2", "c1") == b"out 1\n" and len(read_entries(s.files, "t", "s1")) == 1

@@ -110,10 +110,19 @@ def test_the_checks_are_built_from_the_api_collaborators(tmp_path: Path) -> None
     assert seen and seen[0].files.root == tmp_path
 
 
-REPORT = {"status": "degraded", "failing": ["worker"], "checks": [
-    {"name": "broker", "ok": True, "detail": "1 broker(s), controller 1", "latency_ms": 3.2},
-    {"name": "worker", "ok": False, "detail": "no Faust worker consuming: group mnemoflow Empty", "latency_ms": 9.0},
-]}  # fmt: skip
+REPORT = {
+    "status": "degraded",
+    "failing": ["worker"],
+    "checks": [
+        {"name": "broker", "ok": True, "detail": "1 broker(s), controller 1", "latency_ms": 3.2},
+        {
+            "name": "worker",
+            "ok": False,
+            "detail": "no Faust worker consuming: group mnemoflow Empty",
+            "latency_ms": 9.0,
+        },
+    ],
+}
 
 
 def fake_get(status: int, body: dict | None = None, error: Exception | None = None) -> Any:

@@ -92,8 +92,9 @@ def test_any_redelivery_pattern_yields_each_id_once_in_first_seen_order(ids: lis
     st.datetimes(timezones=st.timezones()),
 )
 @settings(max_examples=200)
-def test_the_writers_line_is_the_models_json_byte_for_byte(content: str, role: str, name: str | None,
-                                                          ts: datetime) -> None:  # fmt: skip
+def test_the_writers_line_is_the_models_json_byte_for_byte(
+    content: str, role: str, name: str | None, ts: datetime
+) -> None:
     event = TurnEvent(tenant="t", message_id="m1", user="u", session="s", role=role, content=content, ts=ts, name=name)
     line = l0_line(event)
     message = L0Message(id="m1", session="s", role=role, content=content, ts=event.ts, name=name)

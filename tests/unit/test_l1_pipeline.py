@@ -20,22 +20,46 @@ from mnemoflow.storage import LocalFileStore
 from mnemoflow.testing import ManualClock, ScriptedLLM
 
 T0 = datetime(2026, 2, 1, 12, tzinfo=UTC)
-FACTS = ["I adopted a grey cat named Pixel last spring.", "Sure, tell me more.",
-         "I work as a paramedic on night shifts in Leeds.", "That must be tiring.",
-         "From now on always answer me in short bullet points.", "Got it.",
-         "My sister Dana is getting married in June in Porto.", "Congratulations!"]
+FACTS = [
+    "I adopted a grey cat named Pixel last spring.",
+    "Sure, tell me more.",
+    "I work as a paramedic on night shifts in Leeds.",
+    "That must be tiring.",
+    "From now on always answer me in short bullet points.",
+    "Got it.",
+    "My sister Dana is getting married in June in Porto.",
+    "Congratulations!",
+]
 
 
 def write_turns(files: LocalFileStore, texts: list[str], user: str = "u", start: int = 0) -> None:
-    L0Writer(files).write([TurnEvent(tenant="t", message_id=f"m{start + i}", user=user, session="s",
-                                     role="user" if (start + i) % 2 == 0 else "assistant", content=text,
-                                     ts=T0 + timedelta(minutes=start + i)) for i, text in enumerate(texts)])
+    L0Writer(files).write(
+        [
+            TurnEvent(
+                tenant="t",
+                message_id=f"m{start + i}",
+                user=user,
+                session="s",
+                role="user" if (start + i) % 2 == 0 else "assistant",
+                content=text,
+                ts=T0 + timedelta(minutes=start + i),
+            )
+            for i, text in enumerate(texts)
+        ]
+    )
 
 
 def pipeline(files: LocalFileStore, store: InMemoryVectorStore, extractor=None, judge=None, **kw) -> L1Pipeline:
     emb = HashingEmbedder(64)
-    return L1Pipeline(files=files, store=store, embedder=emb, extractor=extractor or HeuristicExtractor(),
-                      judge=judge or HeuristicJudge(), clock=ManualClock(T0 + timedelta(days=1)), **kw)
+    return L1Pipeline(
+        files=files,
+        store=store,
+        embedder=emb,
+        extractor=extractor or HeuristicExtractor(),
+        judge=judge or HeuristicJudge(),
+        clock=ManualClock(T0 + timedelta(days=1)),
+        **kw,
+    )
 
 
 @pytest.fixture
@@ -90,8 +114,10 @@ def test_max_windows_leaves_the_rest_pending(files, store) -> None:
 
 
 def memories(ids: list[str], n: int) -> list[MemoryOut]:
-    return [MemoryOut(content=f"w{i}a w{i}b w{i}c w{i}d", type="persona", priority=70 - i,
-                      source_message_ids=ids) for i in range(n)]
+    return [
+        MemoryOut(content=f"w{i}a w{i}b w{i}c w{i}d", type="persona", priority=70 - i, source_message_ids=ids)
+        for i in range(n)
+    ]
 
 
 def scripted_memories(ids: list[str], n: int = 1) -> ExtractionOut:
@@ -101,10 +127,18 @@ def scripted_memories(ids: list[str], n: int = 1) -> ExtractionOut:
 def test_model_source_ids_outside_the_window_are_dropped_and_at_most_20_kept(files, store) -> None:
     write_turns(files, FACTS[:2])
     mems = memories(["m0", "ghost"], 22)
-    out = ExtractionOut(scenes=[
-        SceneOut(scene_name="s1", memories=[
-            MemoryOut(content="invented", type="persona", priority=90, source_message_ids=["nope"]), *mems[:10]]),
-        SceneOut(scene_name="s2", memories=mems[10:])])
+    out = ExtractionOut(
+        scenes=[
+            SceneOut(
+                scene_name="s1",
+                memories=[
+                    MemoryOut(content="invented", type="persona", priority=90, source_message_ids=["nope"]),
+                    *mems[:10],
+                ],
+            ),
+            SceneOut(scene_name="s2", memories=mems[10:]),
+        ]
+    )
     llm = ScriptedLLM([out])
     p = pipeline(files, store, extractor=LLMExtractor(llm), judge=LLMDedupJudge(ScriptedLLM()))
     result = asyncio.run(p.run("t", "u"))
@@ -140,9 +174,17 @@ def test_users_are_separate(files, store) -> None:
     assert store.count("t", "b") == 1
 
 
-ZH = ["我喜欢在山里徒步旅行，我的女儿叫小美，她在北京上大学。", "听起来很棒！她学什么专业？",
-      "她学计算机。以后请用中文回答我。", "好的。", "你好", "嗯嗯",
-      "昨天我去了 Costco 买了很多水果，还见到了老同学 Tom。", "Nice!", "你周末有空吗"]
+ZH = [
+    "我喜欢在山里徒步旅行，我的女儿叫小美，她在北京上大学。",
+    "听起来很棒！她学什么专业？",
+    "她学计算机。以后请用中文回答我。",
+    "好的。",
+    "你好",
+    "嗯嗯",
+    "昨天我去了 Costco 买了很多水果，还见到了老同学 Tom。",
+    "Nice!",
+    "你周末有空吗",
+]
 
 
 def test_chinese_and_mixed_turns_become_typed_atoms(files, store) -> None:
@@ -170,11 +212,30 @@ def test_heuristic_sentences_split_on_chinese_punctuation() -> None:
 
 
 def test_atoms_name_their_speaker_when_the_turn_carries_a_name(files, store) -> None:
-    L0Writer(files).write([
-        TurnEvent(tenant="t", message_id="q", user="u", session="s", role="assistant", name="Mel",
-                  content="Where did you go last weekend?", ts=T0),
-        TurnEvent(tenant="t", message_id="a", user="u", session="s", role="user", name="Caroline",
-                  content="I went to an LGBTQ support group.", ts=T0 + timedelta(minutes=1))])
+    L0Writer(files).write(
+        [
+            TurnEvent(
+                tenant="t",
+                message_id="q",
+                user="u",
+                session="s",
+                role="assistant",
+                name="Mel",
+                content="Where did you go last weekend?",
+                ts=T0,
+            ),
+            TurnEvent(
+                tenant="t",
+                message_id="a",
+                user="u",
+                session="s",
+                role="user",
+                name="Caroline",
+                content="I went to an LGBTQ support group.",
+                ts=T0 + timedelta(minutes=1),
+            ),
+        ]
+    )
     asyncio.run(pipeline(files, store).run("t", "u"))
     (record,) = RecordLog(files, "t", "u").read()
     assert record.content.startswith("Caroline: I went to an LGBTQ support group.")
@@ -182,9 +243,18 @@ def test_atoms_name_their_speaker_when_the_turn_carries_a_name(files, store) -> 
 
 
 def test_atoms_carry_the_resolved_time_of_relative_expressions(files, store) -> None:
-    write_turns(files, ["Yesterday I finally finished restoring the old motorbike.", "Nice!",
-                        "下周六我们全家要去杭州看西湖。", "好的"])
+    write_turns(
+        files,
+        [
+            "Yesterday I finally finished restoring the old motorbike.",
+            "Nice!",
+            "下周六我们全家要去杭州看西湖。",
+            "好的",
+        ],
+    )
     asyncio.run(pipeline(files, store).run("t", "u"))
     contents = sorted(r.content for r in RecordLog(files, "t", "u").read())
-    assert contents == ["Yesterday I finally finished restoring the old motorbike. (event: 2026-01-31)",
-                        "下周六我们全家要去杭州看西湖。 (event: 2026-02-07)"]
+    assert contents == [
+        "Yesterday I finally finished restoring the old motorbike. (event: 2026-01-31)",
+        "下周六我们全家要去杭州看西湖。 (event: 2026-02-07)",
+    ]

@@ -23,7 +23,15 @@ def test_a_query_word_is_its_own_single_term() -> None:
 
 def test_spaced_scripts_are_lower_cased_words_as_before() -> None:
     assert terms("Caroline went to the LGBTQ support-group, twice!") == [
-        "caroline", "went", "to", "the", "lgbtq", "support", "group", "twice"]
+        "caroline",
+        "went",
+        "to",
+        "the",
+        "lgbtq",
+        "support",
+        "group",
+        "twice",
+    ]
     assert terms("Ünï_x naïve") == ["ünï_x", "naïve"]
     assert terms("?! ...") == []
 

@@ -72,9 +72,12 @@ def uvicorn_fake() -> Iterator[tuple[FakeOpenAIServer, str]]:
 
 def _scripted_requests(llm: ScriptedLLM) -> list[dict[str, Any]]:
     return [
-        {"max_tokens": c.max_tokens, "temperature": c.temperature,
-         "messages": [m.model_dump() for m in c.messages],
-         "response_format": {"json_schema": {"schema": c.schema, "strict": True}}}
+        {
+            "max_tokens": c.max_tokens,
+            "temperature": c.temperature,
+            "messages": [m.model_dump() for m in c.messages],
+            "response_format": {"json_schema": {"schema": c.schema, "strict": True}},
+        }
         for c in llm.calls
     ]
 
@@ -126,7 +129,7 @@ def test_violation_is_retried_once_with_the_error(make_engine: Callable[..., Har
     first, second = h.requests()
     assert first["messages"] == [m.model_dump() for m in PROMPT]
     assert second["messages"][: len(PROMPT)] == first["messages"]
-    echoed, complaint = second["messages"][len(PROMPT):]
+    echoed, complaint = second["messages"][len(PROMPT) :]
     assert echoed == {"role": "assistant", "content": bad}
     assert complaint["role"] == "user"
     assert ("facts.0.priority" in complaint["content"]) if bad == INVALID else ("JSON" in complaint["content"])
@@ -156,8 +159,9 @@ def test_max_tokens_and_strict_bounded_schema_reach_the_model(make_engine: Calla
 
 def test_usage_is_recorded_per_stage(make_engine: Callable[..., Harness]) -> None:
     usage = LLMUsage()
-    h = make_engine([FakeReply(VALID), FakeReply(NOT_JSON), FakeReply(VALID), FakeReply(NOT_JSON),
-                     FakeReply(NOT_JSON)], usage=usage)
+    h = make_engine(
+        [FakeReply(VALID), FakeReply(NOT_JSON), FakeReply(VALID), FakeReply(NOT_JSON), FakeReply(NOT_JSON)], usage=usage
+    )
 
     async def calls(e: LLM) -> None:
         await e.complete(PROMPT, Facts, max_tokens=64, stage="l1")
@@ -212,8 +216,9 @@ def test_persistent_5xx_becomes_service_unavailable(make_http_engine: Callable[.
     assert len(h.requests()) == 3
 
 
-@pytest.mark.parametrize(("status", "error"), [(400, InvalidInput), (422, InvalidInput), (401, ConfigError),
-                                               (404, ConfigError)])
+@pytest.mark.parametrize(
+    ("status", "error"), [(400, InvalidInput), (422, InvalidInput), (401, ConfigError), (404, ConfigError)]
+)
 def test_4xx_is_not_retried(make_http_engine: Callable[..., Harness], status: int, error: type[Exception]) -> None:
     h = make_http_engine([FakeStatus(status, '{"error": "context too long"}'), FakeReply(VALID)])
     with pytest.raises(error, match=str(status)):
@@ -238,8 +243,15 @@ def test_backoff_grows_exponentially_and_honours_retry_after() -> None:
         delays.append(s)
 
     server = FakeOpenAIServer([FakeStatus(503), FakeStatus(503), FakeStatus(429, retry_after=3.0), FakeReply(VALID)])
-    engine = OpenAIEngine("http://fake/v1", "m", max_retries=3, backoff_s=0.1, backoff_max_s=5.0, sleep=sleep,
-                          client=httpx.AsyncClient(transport=server.transport()))
+    engine = OpenAIEngine(
+        "http://fake/v1",
+        "m",
+        max_retries=3,
+        backoff_s=0.1,
+        backoff_max_s=5.0,
+        sleep=sleep,
+        client=httpx.AsyncClient(transport=server.transport()),
+    )
     Harness(engine, list).run(lambda e: e.complete(PROMPT, Facts, max_tokens=64))
     assert 0.05 <= delays[0] <= 0.1 and 0.1 <= delays[1] <= 0.2 and delays[2] == 3.0
     assert [r["model"] for r in server.requests] == ["m"] * 4

@@ -69,8 +69,14 @@ def test_unbounded_shapes_are_refused(model: type[BaseModel], match: str) -> Non
         strict_json_schema(model)
 
 
-@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 500), st.integers(0, 500),
-                          st.integers(1, 2), st.booleans()), max_size=30))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "c"]), st.integers(0, 500), st.integers(0, 500), st.integers(1, 2), st.booleans()
+        ),
+        max_size=30,
+    )
+)
 def test_stage_totals_are_the_sum_of_records(rows: list[tuple[str, int, int, int, bool]]) -> None:
     usage = LLMUsage(keep=5)
     for stage, p, c, attempts, ok in rows:

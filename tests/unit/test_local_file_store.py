@@ -71,8 +71,9 @@ def synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_an_append_is_durable_on_return_file_and_new_folders_too(tmp_path: Path, synced: list[str]) -> None:
     files = LocalFileStore(tmp_path)
     files.append_lines("a/b/c.jsonl", ["one"])
-    assert sorted(synced) == sorted(str(p) for p in (tmp_path / "a/b/c.jsonl", tmp_path / "a/b", tmp_path / "a",
-                                                     tmp_path))  # fmt: skip
+    assert sorted(synced) == sorted(
+        str(p) for p in (tmp_path / "a/b/c.jsonl", tmp_path / "a/b", tmp_path / "a", tmp_path)
+    )
     synced.clear()
     files.append_lines("a/b/c.jsonl", ["two"])
     assert synced == [str(tmp_path / "a/b/c.jsonl")]  # an existing name: only the file's bytes

@@ -39,8 +39,15 @@ async def exercise(client: Client) -> dict[str, Any]:
     convo = await client.call_tool("conversation_search", {"user": "ana", "query": "oat milk"})
     missing = await client.call_tool("drill_down", {"session": "s", "node_id": "N9"})
     remembered = await client.call_tool("remember", {"user": "ana", "text": "Ana likes green tea"})
-    return {"tools": tools, "hit": hit, "drilled": drilled.structured_content, "persona": persona,
-            "convo": convo.structured_content["result"], "missing": missing, "remembered": remembered}  # fmt: skip
+    return {
+        "tools": tools,
+        "hit": hit,
+        "drilled": drilled.structured_content,
+        "persona": persona,
+        "convo": convo.structured_content["result"],
+        "missing": missing,
+        "remembered": remembered,
+    }
 
 
 def check(out: dict[str, Any]) -> None:
@@ -90,8 +97,10 @@ def test_streamable_http_authenticates_each_tenant(api_url: str) -> None:
             return out, theirs, refused
 
         out, theirs, refused = asyncio.run(run())
-        statuses = [httpx.post(f"{mcp_url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
-                               headers=h).status_code for h in ({"Authorization": "Bearer wrong"}, {})]  # fmt: skip
+        statuses = [
+            httpx.post(f"{mcp_url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=h).status_code
+            for h in ({"Authorization": "Bearer wrong"}, {})
+        ]
     check(out)
     assert theirs.structured_content == {"result": []}
     assert len(refused) == 2 and statuses == [401, 401]  # the SDK client gives up; the endpoint says why

@@ -14,8 +14,11 @@ from mnemoflow.offload.reclaim import EntryInfo
 
 
 def call(i: str, name: str = "bash") -> dict:
-    return {"role": "assistant", "content": None,
-            "tool_calls": [{"id": i, "type": "function", "function": {"name": name, "arguments": "{}"}}]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": i, "type": "function", "function": {"name": name, "arguments": "{}"}}],
+    }
 
 
 def result(i: str, n: int = 300) -> dict:
@@ -84,9 +87,13 @@ def test_fold_drops_finished_task_and_injects_history_canvas() -> None:
     msgs += [start, call("d1"), result("d1", 5)]
     from mnemoflow.offload.messages import fingerprint
 
-    hist = {"001": CanvasText("001-fix.mmd", "flowchart TD\n    001-N1[\"a: b\"]\n", "fix")}
-    ctx = CompactContext(entries=entries, history=hist, task_start=fingerprint(start),
-                         active=CanvasText("002-next.mmd", "flowchart TD\n", "next"))
+    hist = {"001": CanvasText("001-fix.mmd", 'flowchart TD\n    001-N1["a: b"]\n', "fix")}
+    ctx = CompactContext(
+        entries=entries,
+        history=hist,
+        task_start=fingerprint(start),
+        active=CanvasText("002-next.mmd", "flowchart TD\n", "next"),
+    )
     out = compact(msgs, 100_000, ctx)
     texts = [m["content"] for m in out.messages if m["role"] == "user"]
     assert any(t.startswith('<history_task_context file="001-fix.mmd"') for t in texts)
@@ -130,7 +137,11 @@ def test_age_rule_stubs_in_batches_and_keeps_recent_results_raw() -> None:
 def test_spec_config_keeps_the_spec_ladder() -> None:
     cfg = OffloadConfig.spec()
     assert (cfg.mild_ratio, cfg.aggressive_ratio, cfg.emergency_ratio, cfg.emergency_target_ratio) == (
-        0.5, 0.85, 0.95, 0.6)
+        0.5,
+        0.85,
+        0.95,
+        0.6,
+    )
     assert cfg.stub_keep_recent is None and not cfg.freeze_injection and cfg.history_canvas_full
     msgs, entries = session(12)
     assert compact(msgs, 1_000_000, CompactContext(entries=entries, config=cfg)).messages == msgs
@@ -146,8 +157,11 @@ def test_compact_arguments_are_final_and_recoverable_from_the_entry() -> None:
     assert '"_offloaded": true' in short and len(short) < len(big) and '"node_id": "001-N1"' in short
     # re-applied byte-identical next turn, even if the entry's node id changed meanwhile
     moved = {**entries, "c0": EntryInfo("c0", "step 0 ok", 6, "refs/c0.md", "001-N9")}
-    again = compact([*msgs, call("c9"), result("c9", 5)], 1_000_000,
-                    CompactContext(entries=moved, decisions=out.decisions, config=cfg))
+    again = compact(
+        [*msgs, call("c9"), result("c9", 5)],
+        1_000_000,
+        CompactContext(entries=moved, decisions=out.decisions, config=cfg),
+    )
     assert again.messages[2]["tool_calls"][0]["function"]["arguments"] == short
 
 
@@ -180,8 +194,11 @@ def test_prefix_is_stable_across_calls_after_a_reclaim() -> None:
 def test_history_canvas_meta_only_is_a_node_index() -> None:
     from mnemoflow.offload.injector import history_message
 
-    canvas = CanvasText("001-fix.mmd", 'flowchart TD\n    001-N1["Edit: x<br/>status: done<br/>summary: long"]\n'
-                        '    %% tools: 001-N1 ["c0"]\n', "fix")
+    canvas = CanvasText(
+        "001-fix.mmd",
+        'flowchart TD\n    001-N1["Edit: x<br/>status: done<br/>summary: long"]\n    %% tools: 001-N1 ["c0"]\n',
+        "fix",
+    )
     text = history_message(canvas, meta_only=True)["content"]
     assert "001-N1: Edit: x (done)" in text and "summary: long" not in text and 'mode="meta-only"' in text
 

@@ -38,9 +38,23 @@ def chats(draw: st.DrawFn) -> list[dict]:
             k = draw(st.integers(1, 3))
             ids = [f"call_{n + j}" for j in range(k)]
             n += k
-            msgs.append({"role": "assistant", "content": draw(st.one_of(st.none(), _text)), "tool_calls": [
-                {"id": i, "type": "function", "function": {"name": draw(st.sampled_from(["bash", "view", "edit"])),
-                                                           "arguments": '{"x": 1}'}} for i in ids]})
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": draw(st.one_of(st.none(), _text)),
+                    "tool_calls": [
+                        {
+                            "id": i,
+                            "type": "function",
+                            "function": {
+                                "name": draw(st.sampled_from(["bash", "view", "edit"])),
+                                "arguments": '{"x": 1}',
+                            },
+                        }
+                        for i in ids
+                    ],
+                }
+            )
             msgs.extend({"role": "tool", "tool_call_id": i, "content": draw(_big)} for i in ids)
         if draw(st.booleans()):
             msgs.append({"role": "assistant", "content": draw(_text)})
@@ -111,8 +125,9 @@ def test_properties_exercise_every_level() -> None:
         window = max(need, int(messages_tokens(messages) * fraction))
         with tempfile.TemporaryDirectory() as root:
             files = LocalFileStore(root)
-            result = asyncio.run(compact_session(files, "t", "s", messages, window, clock=ManualClock(),
-                                                 writer=OffloadWriter(files)))
+            result = asyncio.run(
+                compact_session(files, "t", "s", messages, window, clock=ManualClock(), writer=OffloadWriter(files))
+            )
             _check(files, messages, window, result)
             levels.add(result.level)
 

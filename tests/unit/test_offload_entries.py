@@ -16,9 +16,14 @@ run = asyncio.run
 
 def result(i: int, session: str = "s", content: str | None = None) -> ToolResultEvent:
     return ToolResultEvent(
-        tenant="t", tool_call_id=f"call_{i}", session=session, tool_name="bash", arguments='{"cmd": "ls"}',
-        content=content if content is not None else f"output {i}\n", ts=TS,
-    )  # fmt: skip
+        tenant="t",
+        tool_call_id=f"call_{i}",
+        session=session,
+        tool_name="bash",
+        arguments='{"cmd": "ls"}',
+        content=content if content is not None else f"output {i}\n",
+        ts=TS,
+    )
 
 
 def test_refs_are_byte_exact_and_entries_point_at_them(tmp_path: Path) -> None:

@@ -19,8 +19,10 @@ from mnemoflow.storage import LocalFileStore
 from mnemoflow.testing import ManualClock, ScriptedLLM
 from mnemoflow.tokens import count_tokens, estimate_tokens
 
-BIG = "\n".join([f"line {i}: value = {i * 7}" for i in range(300)] + ["Traceback (most recent call last):",
-                                                                      "ValueError: bad input", "FAILED 3 tests"])
+BIG = "\n".join(
+    [f"line {i}: value = {i * 7}" for i in range(300)]
+    + ["Traceback (most recent call last):", "ValueError: bad input", "FAILED 3 tests"]
+)
 
 
 def test_tokens_exact_and_estimate_close() -> None:
@@ -38,10 +40,12 @@ def test_heuristic_summary_keeps_errors_and_is_bounded() -> None:
 
 def test_llm_summaries_batch_and_fall_back_per_missing_id() -> None:
     pairs = [ToolPair(f"c{i}", "bash", "{}", BIG) for i in range(7)]
-    llm = ScriptedLLM([
-        SummaryReply(items=[ItemSummary(tool_call_id=f"c{i}", summary=f"s{i}", score=8) for i in range(4)]),
-        SummaryReply(items=[ItemSummary(tool_call_id="c5", summary="s5", score=3)]),
-    ])
+    llm = ScriptedLLM(
+        [
+            SummaryReply(items=[ItemSummary(tool_call_id=f"c{i}", summary=f"s{i}", score=8) for i in range(4)]),
+            SummaryReply(items=[ItemSummary(tool_call_id="c5", summary="s5", score=3)]),
+        ]
+    )
     out = asyncio.run(llm_summaries(pairs, llm, OffloadConfig(summary_batch=5)))
     assert [s.summary for s in out[:4]] == ["s0", "s1", "s2", "s3"] and out[5].summary == "s5"
     assert "ValueError" in out[4].summary and len(llm.calls) == 2  # c4 and c6 fell back to the heuristic
@@ -57,10 +61,20 @@ def _turn(n: int, task: str) -> list[dict]:
     msgs: list[dict] = [{"role": "user", "content": task}]
     for i in range(n):
         cid = f"{task[:3]}_{i}"
-        msgs += [{"role": "assistant", "content": None, "tool_calls": [
-            {"id": cid, "type": "function", "function": {"name": ["view", "edit", "bash"][i % 3],
-                                                          "arguments": '{"path": "a.py"}'}}]},
-                 {"role": "tool", "tool_call_id": cid, "content": BIG}]
+        msgs += [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": cid,
+                        "type": "function",
+                        "function": {"name": ["view", "edit", "bash"][i % 3], "arguments": '{"path": "a.py"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": cid, "content": BIG},
+        ]
     return msgs
 
 

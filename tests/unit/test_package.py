@@ -13,10 +13,19 @@ def test_public_names_are_sorted_and_exist() -> None:
 
 def test_the_core_imports_no_runtime() -> None:
     core = [
-        "mnemoflow", "mnemoflow.memory.l0", "mnemoflow.offload.entries", "mnemoflow.offload.session_state",
-        "mnemoflow.offload.canvas", "mnemoflow.replay", "mnemoflow.storage", "mnemoflow.capture", "mnemoflow.cli",
-        "mnemoflow.client", "mnemoflow.proxy.pipeline", "mnemoflow.proxy.answer",
-    ]  # fmt: skip
+        "mnemoflow",
+        "mnemoflow.memory.l0",
+        "mnemoflow.offload.entries",
+        "mnemoflow.offload.session_state",
+        "mnemoflow.offload.canvas",
+        "mnemoflow.replay",
+        "mnemoflow.storage",
+        "mnemoflow.capture",
+        "mnemoflow.cli",
+        "mnemoflow.client",
+        "mnemoflow.proxy.pipeline",
+        "mnemoflow.proxy.answer",
+    ]
     code = (
         "import sys\n"
         + "".join(f"import {m}\n" for m in core)

@@ -39,11 +39,23 @@ class Stack:
     def __init__(self, tmp_path: Path, compact_delay: float = 0.0, **settings: Any) -> None:
         files = LocalFileStore(tmp_path)
         said = ["I am a chemist and I drink oat milk every morning", "Please always answer in French"]
-        L0Writer(files).write([TurnEvent(tenant="acme", message_id=f"m{i}", user="ana", session="old", role="user",
-                                         content=t, ts=T0) for i, t in enumerate(said)])  # fmt: skip
+        L0Writer(files).write(
+            [
+                TurnEvent(tenant="acme", message_id=f"m{i}", user="ana", session="old", role="user", content=t, ts=T0)
+                for i, t in enumerate(said)
+            ]
+        )
         store = InMemoryVectorStore(dim=64, embedding_model=EMB.model_id)
-        asyncio.run(L1Pipeline(files=files, store=store, embedder=EMB, extractor=HeuristicExtractor(),
-                               judge=HeuristicJudge(), clock=ManualClock(T0)).run("acme", "ana"))  # fmt: skip
+        asyncio.run(
+            L1Pipeline(
+                files=files,
+                store=store,
+                embedder=EMB,
+                extractor=HeuristicExtractor(),
+                judge=HeuristicJudge(),
+                clock=ManualClock(T0),
+            ).run("acme", "ana")
+        )
         self.bus = ListBus()
         self.compactions: list[tuple[str, int, int]] = []
         self.upstream = stub_upstream(reply="Bonjour Ana.")
@@ -57,17 +69,41 @@ class Stack:
 
     def learn(self, said: str) -> None:
         """A new user turn in L0 and an L1 pass over it: the atom index gets a new atom, as the extractor does."""
-        L0Writer(self._files).write([TurnEvent(tenant="acme", message_id=f"m-{len(said)}", user="ana", session="old",
-                                               role="user", content=said, ts=T0)])  # fmt: skip
-        asyncio.run(L1Pipeline(files=self._files, store=self._store, embedder=EMB, extractor=HeuristicExtractor(),
-                               judge=HeuristicJudge(), clock=ManualClock(T0)).run("acme", "ana"))  # fmt: skip
+        L0Writer(self._files).write(
+            [
+                TurnEvent(
+                    tenant="acme",
+                    message_id=f"m-{len(said)}",
+                    user="ana",
+                    session="old",
+                    role="user",
+                    content=said,
+                    ts=T0,
+                )
+            ]
+        )
+        asyncio.run(
+            L1Pipeline(
+                files=self._files,
+                store=self._store,
+                embedder=EMB,
+                extractor=HeuristicExtractor(),
+                judge=HeuristicJudge(),
+                clock=ManualClock(T0),
+            ).run("acme", "ana")
+        )
 
     async def compact(self, tenant: str, session: str, messages: list[dict[str, Any]], window: int) -> CompactReply:
         await asyncio.sleep(self._delay)
         self.compactions.append((session, len(messages), window))
         kept = [messages[0], *messages[-2:]] if len(messages) > 3 else messages
-        return CompactReply(messages=kept, removed=[], level="aggressive" if kept != messages else "none",
-                            tokens_before=100, tokens_after=40)  # fmt: skip
+        return CompactReply(
+            messages=kept,
+            removed=[],
+            level="aggressive" if kept != messages else "none",
+            tokens_before=100,
+            tokens_after=40,
+        )
 
     def turns(self) -> list[dict[str, Any]]:
         return [json.loads(v) for topic, records in self.bus.sent if topic == TOPIC_TURNS for _, v, _ in records]
@@ -75,8 +111,12 @@ class Stack:
     def run(self) -> Iterator[openai.OpenAI]:
         with asgi_server(self.upstream) as upstream:
             settings = Settings(**self._settings, proxy_upstream_url=upstream)
-            app = create_api(settings, self.bus, compact=self.compact, recaller_factory=lambda: Recaller(
-                store=self._store, embedder=EMB, files=self._files))  # fmt: skip
+            app = create_api(
+                settings,
+                self.bus,
+                compact=self.compact,
+                recaller_factory=lambda: Recaller(store=self._store, embedder=EMB, files=self._files),
+            )
             with asgi_server(app) as url:
                 headers = {"X-Mnemoflow-User": "ana", "X-Mnemoflow-Session": "s1"}
                 yield openai.OpenAI(base_url=f"{url}/v1", api_key="key-acme", max_retries=0, default_headers=headers)
@@ -113,8 +153,10 @@ def test_capture_recall_compaction_and_an_unchanged_answer(stack: Stack) -> None
         assert (session, n) == ("s1", 5) and window < 8192 - 1000  # less the answer's reserve and the recall
         [result] = [json.loads(v) for t, rs in stack.bus.sent if t == TOPIC_TOOL_RESULTS for _, v, _ in rs]
         assert (result["tool_call_id"], result["tool_name"], result["content"]) == (
-            "call_1", "read_file", "hello from a.txt"
-        )  # fmt: skip
+            "call_1",
+            "read_file",
+            "hello from a.txt",
+        )
 
         again = client.chat.completions.with_raw_response.create(model="stub", messages=CONVERSATION)
         assert again.headers["x-mnemoflow-captured"] == "turns=0; tool_results=0; too_large=0"
@@ -175,8 +217,13 @@ def test_fail_open_forwards_untouched_when_memory_is_slow(tmp_path: Path) -> Non
 
 
 def test_fail_closed_and_bad_requests(tmp_path: Path) -> None:
-    stack = Stack(tmp_path, compact_delay=2.0, proxy_windows={"stub": 8192}, proxy_memory_timeout_seconds=0.3,
-                  proxy_fail_open=False)  # fmt: skip
+    stack = Stack(
+        tmp_path,
+        compact_delay=2.0,
+        proxy_windows={"stub": 8192},
+        proxy_memory_timeout_seconds=0.3,
+        proxy_fail_open=False,
+    )
     for client in stack.run():
         with pytest.raises(openai.InternalServerError) as err:  # 503
             client.chat.completions.create(model="stub", messages=CONVERSATION)

@@ -32,13 +32,19 @@ ARRAY = [
 def test_capture_is_idempotent_and_only_new_messages_are_planned() -> None:
     first = plan_capture(ARRAY, "ana", "s1", frozenset(), NOW)
     assert [(t.role, t.content) for t in first.turns] == [
-        ("user", "List the files."), ("assistant", "ok"), ("user", "ok"), ("assistant", "ok")
-    ]  # fmt: skip
+        ("user", "List the files."),
+        ("assistant", "ok"),
+        ("user", "ok"),
+        ("assistant", "ok"),
+    ]
     assert len({t.message_id for t in first.turns}) == 4  # the second "ok" of the assistant is another message
     [result] = first.results
     assert (result.tool_call_id, result.tool_name, result.arguments, result.content) == (
-        "call_1", "bash", '{"cmd": "ls"}', "a.py\nb.py"
-    )  # fmt: skip
+        "call_1",
+        "bash",
+        '{"cmd": "ls"}',
+        "a.py\nb.py",
+    )
     assert plan_capture(ARRAY, "ana", "s1", first.ids, NOW).turns == []  # the same array again: nothing new
     longer = plan_capture([*ARRAY, {"role": "user", "content": "thanks"}], "ana", "s1", first.ids, NOW)
     assert [t.content for t in longer.turns] == ["thanks"] and longer.results == []
@@ -63,15 +69,18 @@ def test_capture_log_survives_a_replica_that_forgot(tmp_path: Path) -> None:
 
 
 def test_recall_goes_to_the_system_prompt_and_before_the_last_user_message() -> None:
-    recall = RecallResult(prepend_context="<relevant-memories>tea</relevant-memories>", system_context="PERSONA",
-                          hits=[], persona="")  # fmt: skip
+    recall = RecallResult(
+        prepend_context="<relevant-memories>tea</relevant-memories>", system_context="PERSONA", hits=[], persona=""
+    )
     out = inject_recall(ARRAY, recall)
     assert out[0]["content"] == "You are helpful.\n\nPERSONA"
     assert out[5]["content"][0] == {"type": "text", "text": recall.prepend_context}
     assert ARRAY[0]["content"] == "You are helpful."  # the agent's array is not touched
     bare = inject_recall([{"role": "user", "content": "hi"}], recall)
-    assert bare == [{"role": "system", "content": "PERSONA"},
-                    {"role": "user", "content": f"{recall.prepend_context}\n\nhi"}]  # fmt: skip
+    assert bare == [
+        {"role": "system", "content": "PERSONA"},
+        {"role": "user", "content": f"{recall.prepend_context}\n\nhi"},
+    ]
 
 
 def test_identity_from_headers_body_and_settings() -> None:
@@ -82,8 +91,9 @@ def test_identity_from_headers_body_and_settings() -> None:
     assert identify(body, {}, settings).session == ident.session  # one conversation, one session
     other = identify(body.model_copy(update={"messages": ARRAY[:1] + [{"role": "user", "content": "x"}]}), {}, settings)
     assert other.session != ident.session
-    hdr = identify(body, {"x-mnemoflow-user": "bo", "x-mnemoflow-session": "run/7", "x-mnemoflow-window": "900"},
-                   settings)  # fmt: skip
+    hdr = identify(
+        body, {"x-mnemoflow-user": "bo", "x-mnemoflow-session": "run/7", "x-mnemoflow-window": "900"}, settings
+    )
     assert (hdr.user, hdr.window) == ("bo", 900) and "/" not in hdr.session
     assert identify(body.model_copy(update={"model": "big"}), {}, settings).window is None
     with pytest.raises(InvalidInput, match="x-mnemoflow-window"):
@@ -91,9 +101,11 @@ def test_identity_from_headers_body_and_settings() -> None:
 
 
 def test_streamed_answer_is_read_across_chunk_boundaries() -> None:
-    stream = (b'data: {"choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n'
-              b'data: {"choices":[{"index":0,"delta":{"content":"Hel"}}]}\n\n'
-              b'data: {"choices":[{"index":0,"delta":{"content":"lo"}}]}\n\ndata: [DONE]\n\n')  # fmt: skip
+    stream = (
+        b'data: {"choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"content":"Hel"}}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"content":"lo"}}]}\n\ndata: [DONE]\n\n'
+    )
     answer = StreamedAnswer()
     for i in range(0, len(stream), 7):
         answer.feed(stream[i : i + 7])
@@ -184,8 +196,9 @@ def _prepare(proxy: MemoryProxy, body: ChatRequest, times: int = 1) -> list[Prep
 
 
 def test_recall_and_compaction_run_at_once_and_the_upstream_gets_what_sequential_would_send(tmp_path: Path) -> None:
-    recall = RecallResult(prepend_context="<relevant-memories>tea</relevant-memories>", system_context="PERSONA",
-                          hits=[], persona="")  # fmt: skip
+    recall = RecallResult(
+        prepend_context="<relevant-memories>tea</relevant-memories>", system_context="PERSONA", hits=[], persona=""
+    )
     memory = ScriptedMemory(recall)
     settings = Settings(proxy_windows={"m": 8192}, proxy_recall_reserve=1000)
     proxy = MemoryProxy(memory, CaptureLog(LocalFileStore(tmp_path, fsync=False)), settings, clock=lambda: NOW)
@@ -247,8 +260,7 @@ def test_a_recall_is_reused_only_while_the_users_memory_is_unchanged(tmp_path: P
     body = ChatRequest(model="m", messages=ARRAY[:2])
     _prepare(proxy, body, times=2)
     assert memory.recalls == 1  # the same user turn, nothing written: the tool step reuses it
-    memory.version, memory.result = "v2", RecallResult(prepend_context="coffee", system_context="", hits=[],
-                                                       persona="")  # fmt: skip
+    memory.version, memory.result = "v2", RecallResult(prepend_context="coffee", system_context="", hits=[], persona="")
     [after_write] = _prepare(proxy, body)
     assert memory.recalls == 2 and after_write.messages[1]["content"].startswith("coffee")
     memory.version = None  # a store that cannot tell: every request recalls

@@ -24,9 +24,18 @@ EMB = HashingEmbedder(64)
 
 
 def row(i: int, user: str, text: str, kind: str = "persona") -> AtomRow:
-    return AtomRow(id=f"a{i}", tenant="t", user=user, type=kind, priority=60, text=text,
-                   vector=EMB.embed([text])[0], created=T0, updated=T0 + timedelta(days=3),
-                   source_message_ids=[f"m{i}"])
+    return AtomRow(
+        id=f"a{i}",
+        tenant="t",
+        user=user,
+        type=kind,
+        priority=60,
+        text=text,
+        vector=EMB.embed([text])[0],
+        created=T0,
+        updated=T0 + timedelta(days=3),
+        source_message_ids=[f"m{i}"],
+    )
 
 
 def make(tmp_path: Path, rows: list[AtomRow], config: RecallConfig | None = None) -> Recaller:
@@ -66,8 +75,10 @@ def test_recall_returns_prepend_and_system_context_with_persona_and_navigation(t
     PersonaStore(files, "t", "u").write("Ana is a chemist.", {"lab.md": lab})
     rec = make(tmp_path, [row(1, "u", "Ana drinks oat milk"), row(2, "u", "Ana runs marathons", "episodic")])
     out = rec.recall_sync("t", "u", "what milk does Ana drink")
-    assert out.prepend_context.startswith("<relevant-memories>\n") and "- [persona] Ana drinks oat milk" in \
-        out.prepend_context
+    assert (
+        out.prepend_context.startswith("<relevant-memories>\n")
+        and "- [persona] Ana drinks oat milk" in out.prepend_context
+    )
     assert out.hits[0].id == "a1" and out.hits[0].source_message_ids == ["m1"]
     assert "<user-persona>\nAna is a chemist.\n</user-persona>" in out.system_context
     assert out.system_context.count("Scene Navigation") == 1  # the persona's own copy is not repeated
@@ -114,12 +125,31 @@ def test_memory_search_filters_by_type_inside_the_query(tmp_path: Path) -> None:
 def test_conversation_search_and_drill_down_reach_l0(tmp_path: Path) -> None:
     files = LocalFileStore(tmp_path)
     texts = ["I restore old motorbikes in my garage on weekends.", "Nice hobby!", "What's the weather?"]
-    L0Writer(files).write([TurnEvent(tenant="t", message_id=f"m{i}", user="u", session="s1" if i < 2 else "s2",
-                                     role="user" if i % 2 == 0 else "assistant", content=t,
-                                     ts=T0 + timedelta(minutes=i)) for i, t in enumerate(texts)])
+    L0Writer(files).write(
+        [
+            TurnEvent(
+                tenant="t",
+                message_id=f"m{i}",
+                user="u",
+                session="s1" if i < 2 else "s2",
+                role="user" if i % 2 == 0 else "assistant",
+                content=t,
+                ts=T0 + timedelta(minutes=i),
+            )
+            for i, t in enumerate(texts)
+        ]
+    )
     store = InMemoryVectorStore(dim=64, embedding_model=EMB.model_id)
-    result = asyncio.run(L1Pipeline(files=files, store=store, embedder=EMB, extractor=HeuristicExtractor(),
-                                    judge=HeuristicJudge(), clock=ManualClock(T0)).run("t", "u"))
+    result = asyncio.run(
+        L1Pipeline(
+            files=files,
+            store=store,
+            embedder=EMB,
+            extractor=HeuristicExtractor(),
+            judge=HeuristicJudge(),
+            clock=ManualClock(T0),
+        ).run("t", "u")
+    )
     rec = Recaller(store=store, embedder=EMB, files=files)
     hits = rec.conversation_search("t", "u", "motorbikes garage")
     assert [h.message.id for h in hits] == ["m0"]
@@ -132,11 +162,19 @@ WORDS = ["tea", "milk", "paris", "dog", "chess", "bike", "doctor", "music", "rai
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(facts=st.lists(st.tuples(st.integers(0, 7), st.lists(st.sampled_from(WORDS), min_size=2, max_size=5),
-                                st.sampled_from(ATOM_TYPES)), min_size=1, max_size=40),
-       user=st.integers(0, 7), query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
-       types=st.none() | st.lists(st.sampled_from(ATOM_TYPES), min_size=1, max_size=3, unique=True),
-       recipe=st.sampled_from(sorted(RECIPES)))
+@given(
+    facts=st.lists(
+        st.tuples(
+            st.integers(0, 7), st.lists(st.sampled_from(WORDS), min_size=2, max_size=5), st.sampled_from(ATOM_TYPES)
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    user=st.integers(0, 7),
+    query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
+    types=st.none() | st.lists(st.sampled_from(ATOM_TYPES), min_size=1, max_size=3, unique=True),
+    recipe=st.sampled_from(sorted(RECIPES)),
+)
 def test_a_users_recall_never_returns_another_users_atom(tmp_path: Path, facts, user, query, types, recipe) -> None:
     rows = [row(i, f"user{u}", " ".join(words), kind) for i, (u, words, kind) in enumerate(facts)]
     rec = make(tmp_path, rows, RECIPES[recipe].model_copy(update={"types": tuple(types) if types else None}))
@@ -154,8 +192,20 @@ def test_a_users_recall_never_returns_another_users_atom(tmp_path: Path, facts, 
 def test_conversation_search_finds_chinese_words_inside_sentences(tmp_path: Path) -> None:
     files = LocalFileStore(tmp_path)
     texts = ["我喜欢在山里徒步旅行。", "我的女儿叫小美，她在北京上大学。", "I went hiking with Mei last week."]
-    L0Writer(files).write([TurnEvent(tenant="t", message_id=f"m{i}", user="u", session="s", role="user",
-                                     content=t, ts=T0 + timedelta(minutes=i)) for i, t in enumerate(texts)])
+    L0Writer(files).write(
+        [
+            TurnEvent(
+                tenant="t",
+                message_id=f"m{i}",
+                user="u",
+                session="s",
+                role="user",
+                content=t,
+                ts=T0 + timedelta(minutes=i),
+            )
+            for i, t in enumerate(texts)
+        ]
+    )
     rec = Recaller(store=InMemoryVectorStore(dim=64, embedding_model=EMB.model_id), embedder=EMB, files=files)
     assert [h.message.id for h in rec.conversation_search("t", "u", "徒步")] == ["m0"]
     assert [h.message.id for h in rec.conversation_search("t", "u", "小美")] == ["m1"]

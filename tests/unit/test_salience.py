@@ -24,30 +24,73 @@ from mnemoflow.storage import LocalFileStore
 
 SAID = datetime(2023, 5, 8, 14, 0, tzinfo=UTC)
 PROCESSED = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
-FILLER = sorted({"thanks", "wow", "hear", "yeah", "definitely", "every", "always", "really", "awesome", "hard",
-                 "means", "yea", "great", "answer", "please", "sounds", "glad"})  # fmt: skip
-ENGLISH = ["I live in Porto with my cat Miso", "I am a chemist and I drink oat milk every morning",
-           "Please always answer in French", "I go hiking in the mountains every weekend"]  # fmt: skip
-CHINESE = ["我住在杭州，养了一只猫叫小美", "我是一名化学家，每天早上喝燕麦奶", "请总是用法语回答",
-           "我每个周末都去山里徒步"]  # fmt: skip
+FILLER = sorted(
+    {
+        "thanks",
+        "wow",
+        "hear",
+        "yeah",
+        "definitely",
+        "every",
+        "always",
+        "really",
+        "awesome",
+        "hard",
+        "means",
+        "yea",
+        "great",
+        "answer",
+        "please",
+        "sounds",
+        "glad",
+    }
+)
+ENGLISH = [
+    "I live in Porto with my cat Miso",
+    "I am a chemist and I drink oat milk every morning",
+    "Please always answer in French",
+    "I go hiking in the mountains every weekend",
+]
+CHINESE = [
+    "我住在杭州，养了一只猫叫小美",
+    "我是一名化学家，每天早上喝燕麦奶",
+    "请总是用法语回答",
+    "我每个周末都去山里徒步",
+]
 MIXED = ["我在Google做机器学习研究", "周末和Anna一起去Lisbon冲浪", "I love surfing in Lisbon with Anna"]
 
 
 def atoms(texts: list[str], said: datetime = SAID) -> list[SceneInput]:
     """Atoms stored on the processing day (a replay) but said on ``said``."""
-    return [SceneInput(id=f"a{i}", type="episodic", content=t, created_at=PROCESSED + timedelta(seconds=i),
-                       said_at=said + timedelta(days=i)) for i, t in enumerate(texts)]  # fmt: skip
+    return [
+        SceneInput(
+            id=f"a{i}",
+            type="episodic",
+            content=t,
+            created_at=PROCESSED + timedelta(seconds=i),
+            said_at=said + timedelta(days=i),
+        )
+        for i, t in enumerate(texts)
+    ]
 
 
 def scenes_and_persona(tmp_path: Path, inputs: list[SceneInput]) -> tuple[list[SceneBlock], str]:
     store = SceneStore(LocalFileStore(tmp_path), "acme", "alice")
     engine = HeuristicSceneEngine(HashingEmbedder(dim=256))
-    report = asyncio.run(run_scene_passes(store, engine, inputs, now=lambda: PROCESSED,
-                                          policy=ScenePolicy(max_creates=3)))  # fmt: skip
+    report = asyncio.run(
+        run_scene_passes(store, engine, inputs, now=lambda: PROCESSED, policy=ScenePolicy(max_creates=3))
+    )
     assert report.error is None
     scenes = sorted(store.load().values(), key=lambda b: (-b.heat, b.filename))
-    ctx = PersonaContext(scenes=scenes, changed=scenes, current="", mode="first", reason="test",
-                         total_memories=len(inputs), now=PROCESSED)  # fmt: skip
+    ctx = PersonaContext(
+        scenes=scenes,
+        changed=scenes,
+        current="",
+        mode="first",
+        reason="test",
+        total_memories=len(inputs),
+        now=PROCESSED,
+    )
     return scenes, HeuristicPersonaEngine().render(ctx)
 
 
@@ -70,11 +113,14 @@ def test_filler_never_names_a_scene_or_the_archetype(tmp_path: Path) -> None:
     assert any(w in arch for w in ("porto", "miso", "french", "oat milk"))
 
 
-@pytest.mark.parametrize(("texts", "expected"), [
-    (ENGLISH, {"Porto", "Miso", "French", "oat milk", "chemist"}),
-    (CHINESE, {"杭州", "小美", "化学家", "燕麦", "法语", "山里", "徒步"}),
-    (MIXED, {"Google", "Anna", "Lisbon", "冲浪", "机器", "学习"}),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("texts", "expected"),
+    [
+        (ENGLISH, {"Porto", "Miso", "French", "oat milk", "chemist"}),
+        (CHINESE, {"杭州", "小美", "化学家", "燕麦", "法语", "山里", "徒步"}),
+        (MIXED, {"Google", "Anna", "Lisbon", "冲浪", "机器", "学习"}),
+    ],
+)
 def test_salient_terms_name_people_places_and_things(texts: list[str], expected: set[str]) -> None:
     got = salient_terms(texts, texts)
     assert len(got) == 3 and set(got) <= expected | {t.text for text in texts for t in terms(text)}
@@ -94,15 +140,30 @@ def test_chinese_and_mixed_users_get_meaningful_valid_names(tmp_path: Path, text
 
 
 def test_the_users_own_name_names_no_scene() -> None:
-    texts = [f"Caroline {t}" for t in ("went to a pottery class", "adopted a dog named Rex", "visited Lisbon",
-                                       "joined a choir", "paints landscapes")]  # fmt: skip
+    texts = [
+        f"Caroline {t}"
+        for t in (
+            "went to a pottery class",
+            "adopted a dog named Rex",
+            "visited Lisbon",
+            "joined a choir",
+            "paints landscapes",
+        )
+    ]
     assert "Caroline" not in salient_terms(texts[:2], texts) and "caroline" not in salient_terms(texts[:2], texts)
 
 
 def test_scenes_and_arcs_carry_event_dates_not_the_processing_day(tmp_path: Path) -> None:
     inputs = atoms(ENGLISH)
-    inputs.append(SceneInput(id="ev", type="episodic", content="I ran the Porto half marathon (event: 2023-05-07)",
-                             created_at=PROCESSED + timedelta(minutes=5), said_at=SAID))  # fmt: skip
+    inputs.append(
+        SceneInput(
+            id="ev",
+            type="episodic",
+            content="I ran the Porto half marathon (event: 2023-05-07)",
+            created_at=PROCESSED + timedelta(minutes=5),
+            said_at=SAID,
+        )
+    )
     scenes, persona = scenes_and_persona(tmp_path, inputs)
     bodies = "\n".join(s.body + s.summary for s in scenes)
     assert PROCESSED.date().isoformat() not in bodies + persona
@@ -111,20 +172,30 @@ def test_scenes_and_arcs_carry_event_dates_not_the_processing_day(tmp_path: Path
     assert "[2023-05" in arcs and PROCESSED.date().isoformat() not in arcs
 
 
-@pytest.mark.parametrize(("content", "said", "day"), [
-    ("I ran a race (event: 2023-05-07)", SAID, "2023-05-07"),
-    ("I ran a race", SAID, "2023-05-08"),
-    ("I ran a race", None, PROCESSED.date().isoformat()),
-    ("I ran a race (event: week of 2023-05-01)", SAID, "2023-05-08"),  # not a day: the day it was said
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("content", "said", "day"),
+    [
+        ("I ran a race (event: 2023-05-07)", SAID, "2023-05-07"),
+        ("I ran a race", SAID, "2023-05-08"),
+        ("I ran a race", None, PROCESSED.date().isoformat()),
+        ("I ran a race (event: week of 2023-05-01)", SAID, "2023-05-08"),  # not a day: the day it was said
+    ],
+)
 def test_event_day(content: str, said: datetime | None, day: str) -> None:
     assert SceneInput(id="a", type="episodic", content=content, created_at=PROCESSED, said_at=said).event_day == day
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.lists(st.sampled_from(FILLER + ["I", "you", "the", "it", "so", "!", ","]), min_size=1,
-                         max_size=12).map(" ".join), min_size=1, max_size=5),
-       st.lists(st.sampled_from(["Porto", "pottery class", "Lisbon", "sourdough", "杭州", "徒步"]), max_size=3))
+@given(
+    st.lists(
+        st.lists(st.sampled_from(FILLER + ["I", "you", "the", "it", "so", "!", ","]), min_size=1, max_size=12).map(
+            " ".join
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    st.lists(st.sampled_from(["Porto", "pottery class", "Lisbon", "sourdough", "杭州", "徒步"]), max_size=3),
+)
 def test_filler_is_never_salient(fillers: list[str], topics: list[str]) -> None:
     texts = [f"{f} {' '.join(topics)}" for f in fillers]
     got = salient_terms(texts, texts)

@@ -73,9 +73,15 @@ def test_render_parse_round_trip_and_lenient_parse() -> None:
 
 @pytest.mark.parametrize(
     ("raw", "expected"),
-    [("My Trip (2024)!", "my-trip-2024.md"), ("../../etc/passwd", "etcpasswd.md"), ("  ", "scene.md"),
-     ("a\u00a0b\u3000c.MD", "a-b-c.md"), ("旅行 计划", "旅行-计划.md"), ("x--__..y", "x-_.y.md")],
-)  # fmt: skip
+    [
+        ("My Trip (2024)!", "my-trip-2024.md"),
+        ("../../etc/passwd", "etcpasswd.md"),
+        ("  ", "scene.md"),
+        ("a\u00a0b\u3000c.MD", "a-b-c.md"),
+        ("旅行 计划", "旅行-计划.md"),
+        ("x--__..y", "x-_.y.md"),
+    ],
+)
 def test_normalize_filename(raw: str, expected: str) -> None:
     assert normalize_filename(raw) == expected
 
@@ -89,12 +95,15 @@ def test_normalize_filename_collisions() -> None:
 
 def test_create_update_merge_delete(store: SceneStore) -> None:
     seed(store, block("a.md", 2, ("x1",)), block("b.md", 3, ("x2",)), block("c.md", 1), block("d.md", 1))
-    plan = ScenePlan(edits=[
-        SceneEdit(action="update", filename="a.md", summary="A", body="new a", atom_ids=["a1"]),
-        SceneEdit(action="merge", filename="b.md", sources=["b.md", "c.md"], summary="BC", body="bc", atom_ids=[]),
-        SceneEdit(action="delete", filename="d.md"),
-        SceneEdit(action="create", filename="New Topic", summary="N", body="n", atom_ids=["a2"]),
-    ], persona_update_reason="big news")  # fmt: skip
+    plan = ScenePlan(
+        edits=[
+            SceneEdit(action="update", filename="a.md", summary="A", body="new a", atom_ids=["a1"]),
+            SceneEdit(action="merge", filename="b.md", sources=["b.md", "c.md"], summary="BC", body="bc", atom_ids=[]),
+            SceneEdit(action="delete", filename="d.md"),
+            SceneEdit(action="create", filename="New Topic", summary="N", body="n", atom_ids=["a2"]),
+        ],
+        persona_update_reason="big news",
+    )
     out = run(store, PlanEngine(plan), [atom(1, "one"), atom(2, "two")])
     live = store.load()
     assert sorted(live) == ["a.md", "b.md", "new-topic.md"]
@@ -139,10 +148,12 @@ def test_at_most_15_live_scenes(store: SceneStore) -> None:
     create = ScenePlan(edits=[SceneEdit(action="create", filename="sixteen", body="x")])
     with pytest.raises(ScenePlanRejected, match="at most 15"):
         run(store, PlanEngine(create), [atom(1, "x")])
-    merge_then_create = ScenePlan(edits=[
-        SceneEdit(action="merge", filename="s0.md", sources=["s0.md", "s1.md"], body="merged"),
-        SceneEdit(action="create", filename="sixteen", body="x"),
-    ])  # fmt: skip
+    merge_then_create = ScenePlan(
+        edits=[
+            SceneEdit(action="merge", filename="s0.md", sources=["s0.md", "s1.md"], body="merged"),
+            SceneEdit(action="create", filename="sixteen", body="x"),
+        ]
+    )
     run(store, PlanEngine(merge_then_create), [atom(1, "x")])
     assert len(store.load()) == 15
 
@@ -159,8 +170,18 @@ def test_refused_plan_is_asked_again_with_the_reasons(store: SceneStore) -> None
 # --- confinement --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["../persona.md", "../../bob/scenes/x.md", "/etc/passwd.md", "a/b.md", ".hidden.md",
-                                  "scenes_x/../../y.md", "x.txt"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../persona.md",
+        "../../bob/scenes/x.md",
+        "/etc/passwd.md",
+        "a/b.md",
+        ".hidden.md",
+        "scenes_x/../../y.md",
+        "x.txt",
+    ],
+)
 def test_path_escapes_are_refused(store: SceneStore, name: str) -> None:
     with pytest.raises(InvalidInput):
         store.paths.scene(name, store.files)
@@ -209,11 +230,13 @@ def test_failure_mid_pass_restores_the_backup(tmp_path: Path) -> None:
     seed(store, block("a.md"), block("b.md"))
     snapshot = {n: files.read_bytes(store.paths.scene(n)) for n in store.names()}
     files.fail_at, files.scene_writes = 3, 0
-    plan = ScenePlan(edits=[
-        SceneEdit(action="update", filename="a.md", body="changed a"),
-        SceneEdit(action="update", filename="b.md", body="changed b"),
-        SceneEdit(action="create", filename="c", body="new c"),
-    ])  # fmt: skip
+    plan = ScenePlan(
+        edits=[
+            SceneEdit(action="update", filename="a.md", body="changed a"),
+            SceneEdit(action="update", filename="b.md", body="changed b"),
+            SceneEdit(action="create", filename="c", body="new c"),
+        ]
+    )
     with pytest.raises(StorageError):
         run(store, PlanEngine(plan), [atom(1, "x")])
     assert {n: files.read_bytes(store.paths.scene(n)) for n in ("a.md", "b.md")} == snapshot
@@ -228,8 +251,12 @@ def test_crash_mid_pass_is_rolled_back_by_the_next_pass(tmp_path: Path) -> None:
     # Simulate a process that died after writing the open journal and one file.
     import json
 
-    files.write_atomic(store.paths.journal, json.dumps({"pass": "p", "seq": 5, "committed": False,
-                                                        "files": {"a.md": original.decode(), "n.md": None}}).encode())  # type: ignore[union-attr]
+    files.write_atomic(
+        store.paths.journal,
+        json.dumps(
+            {"pass": "p", "seq": 5, "committed": False, "files": {"a.md": original.decode(), "n.md": None}}
+        ).encode(),
+    )  # type: ignore[union-attr]
     files.write_atomic(store.paths.scene("a.md"), b"half-written")
     files.write_atomic(store.paths.scene("n.md"), render_scene(block("n.md")).encode())
     assert store.recover() is True
@@ -249,18 +276,26 @@ def test_windows_never_split_equal_timestamps() -> None:
 
 
 TOPICS = [
-    "hiking mountains trail boots", "hiking mountains summit weekend", "hiking trail mountains dog",
-    "rust compiler borrow checker", "rust compiler crate release", "rust compiler async runtime",
-    "piano lessons chopin practice", "piano chopin nocturne practice",
-]  # fmt: skip
+    "hiking mountains trail boots",
+    "hiking mountains summit weekend",
+    "hiking trail mountains dog",
+    "rust compiler borrow checker",
+    "rust compiler crate release",
+    "rust compiler async runtime",
+    "piano lessons chopin practice",
+    "piano chopin nocturne practice",
+]
 
 
 def _heuristic_run(tmp_path: Path, sub: str) -> dict[str, bytes | None]:
     store = SceneStore(LocalFileStore(tmp_path / sub), "acme", "alice")
     engine = HeuristicSceneEngine(HashingEmbedder(dim=256))
     atoms = [atom(i, t) for i, t in enumerate(TOPICS)]
-    report = asyncio.run(run_scene_passes(store, engine, atoms, now=ManualClock(NOW).now,
-                                          policy=ScenePolicy(max_creates=3), batch_size=4))  # fmt: skip
+    report = asyncio.run(
+        run_scene_passes(
+            store, engine, atoms, now=ManualClock(NOW).now, policy=ScenePolicy(max_creates=3), batch_size=4
+        )
+    )
     assert report.error is None and report.cursor == atoms[-1].ts
     return {n: store.files.read_bytes(store.paths.scene(n)) for n in store.names()}
 
@@ -287,8 +322,9 @@ def test_heuristic_engine_merges_when_full(tmp_path: Path) -> None:
         asyncio.run(run_scene_pass(store, engine, batch, now=NOW + timedelta(hours=i), policy=policy))
         assert len(store.load()) <= 3
     assert sum(b.heat for b in store.load().values()) >= 4
-    assert sorted(a for b in store.load().values() for a in b.atom_ids) == sorted(f"a{10 * i + j}" for i in range(4)
-                                                                                   for j in range(3))  # fmt: skip
+    assert sorted(a for b in store.load().values() for a in b.atom_ids) == sorted(
+        f"a{10 * i + j}" for i in range(4) for j in range(3)
+    )
 
 
 def test_apply_plan_is_pure() -> None:

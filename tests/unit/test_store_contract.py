@@ -26,8 +26,13 @@ _has = {m: importlib.util.find_spec(m) is not None for m in ("apsw", "sqlite_vec
 BACKENDS = [
     "memory",
     pytest.param("sqlite", marks=pytest.mark.skipif(not (_has["apsw"] and _has["sqlite_vec"]), reason="no sqlite")),
-    pytest.param("milvus", marks=[pytest.mark.integration, pytest.mark.skipif(
-        not (_has["pymilvus"] and _has["milvus_lite"]), reason="pip install mnemoflow[milvus]")]),
+    pytest.param(
+        "milvus",
+        marks=[
+            pytest.mark.integration,
+            pytest.mark.skipif(not (_has["pymilvus"] and _has["milvus_lite"]), reason="pip install mnemoflow[milvus]"),
+        ],
+    ),
 ]
 Opener = Callable[..., VectorStore]
 _collections = itertools.count()
@@ -82,12 +87,19 @@ def vec(seed: int, dim: int = DIM) -> list[float]:
 T0 = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 
 
-def atom(i: int, tenant: str = "t1", user: str = "u1", *, text: str | None = None, type_: str | None = None,
-         dim: int = DIM) -> AtomRow:
+def atom(
+    i: int, tenant: str = "t1", user: str = "u1", *, text: str | None = None, type_: str | None = None, dim: int = DIM
+) -> AtomRow:
     return AtomRow(
-        id=f"a{i}", tenant=tenant, user=user, type=type_ or ATOM_TYPES[i % 3], priority=i % 101 - 1,
-        text=text or f"fact number {i} token{i} about alpha beta", vector=vec(i, dim),
-        created=T0 + timedelta(seconds=i), updated=(T0 + timedelta(hours=i)).astimezone(timezone(timedelta(hours=2))),
+        id=f"a{i}",
+        tenant=tenant,
+        user=user,
+        type=type_ or ATOM_TYPES[i % 3],
+        priority=i % 101 - 1,
+        text=text or f"fact number {i} token{i} about alpha beta",
+        vector=vec(i, dim),
+        created=T0 + timedelta(seconds=i),
+        updated=(T0 + timedelta(hours=i)).astimezone(timezone(timedelta(hours=2))),
         source_message_ids=[f"m{i}", f"m{i + 1}"],
     )
 
@@ -135,8 +147,12 @@ def test_version_changes_with_every_write_seen_from_any_open(open_store: Opener)
         return
     assert reader.version("t1", "u1") == before
     seen = [before]
-    for write in (lambda: writer.upsert([atom(1)]), lambda: reader.upsert([atom(2)]),
-                  lambda: writer.delete("t1", "u1", ["a1"]), lambda: reader.delete("t1", "u1", ["a2"])):
+    for write in (
+        lambda: writer.upsert([atom(1)]),
+        lambda: reader.upsert([atom(2)]),
+        lambda: writer.delete("t1", "u1", ["a1"]),
+        lambda: reader.delete("t1", "u1", ["a2"]),
+    ):
         write()
         now = reader.version("t1", "u1")
         assert now not in seen and writer.version("t1", "u1") is not None
@@ -146,8 +162,11 @@ def test_version_changes_with_every_write_seen_from_any_open(open_store: Opener)
 def test_exact_text_match_ranks_first(store: VectorStore) -> None:
     store.upsert([atom(i) for i in range(60)])
     target = atom(17)
-    for hits in (store.search("t1", "u1", target.text, target.vector, 5), store.bm25_search("t1", "u1", target.text, 5),
-                 store.dense_search("t1", "u1", target.vector, 5)):
+    for hits in (
+        store.search("t1", "u1", target.text, target.vector, 5),
+        store.bm25_search("t1", "u1", target.text, 5),
+        store.dense_search("t1", "u1", target.vector, 5),
+    ):
         assert hits[0].id == "a17"
         assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     assert store.dense_search("t1", "u1", target.vector, 1)[0].score == pytest.approx(1.0, abs=1e-4)
@@ -166,8 +185,11 @@ def test_hybrid_fuses_both_lists(store: VectorStore) -> None:
 
 def test_an_empty_index_finds_nothing_rather_than_failing(store: VectorStore) -> None:
     """A new deployment recalls before its first atom (Milvus' BM25 once failed there with a NaN query row)."""
-    for hits in (store.search("t1", "u1", "where did I move", vec(1), 5), store.bm25_search("t1", "u1", "move", 5),
-                 store.dense_search("t1", "u1", vec(1), 5)):  # fmt: skip
+    for hits in (
+        store.search("t1", "u1", "where did I move", vec(1), 5),
+        store.bm25_search("t1", "u1", "move", 5),
+        store.dense_search("t1", "u1", vec(1), 5),
+    ):
         assert hits == []
 
 
@@ -175,21 +197,34 @@ def test_type_filter_applies_to_every_search(store: VectorStore) -> None:
     store.upsert([atom(i) for i in range(30)])
     q = atom(4)  # type episodic
     for types in (["persona"], ["instruction", "episodic"]):
-        for hits in (store.search("t1", "u1", q.text, q.vector, 10, types=types),
-                     store.dense_search("t1", "u1", q.vector, 10, types=types),
-                     store.bm25_search("t1", "u1", q.text, 10, types=types)):
+        for hits in (
+            store.search("t1", "u1", q.text, q.vector, 10, types=types),
+            store.dense_search("t1", "u1", q.vector, 10, types=types),
+            store.bm25_search("t1", "u1", q.text, 10, types=types),
+        ):
             assert hits and all(h.row.type in types for h in hits)
 
 
-CJK_TEXTS = ["我喜欢在山里徒步旅行，周末常去香山。", "我的女儿叫小美，她在北京上大学。",
-             "上个月我去了一个 Python meetup，讲的是 asyncio。", "I adopted a grey cat named Pixel last spring."]
+CJK_TEXTS = [
+    "我喜欢在山里徒步旅行，周末常去香山。",
+    "我的女儿叫小美，她在北京上大学。",
+    "上个月我去了一个 Python meetup，讲的是 asyncio。",
+    "I adopted a grey cat named Pixel last spring.",
+]
 
 
 def test_chinese_words_are_found_inside_unsegmented_sentences(store: VectorStore) -> None:
     """The index and the query are segmented the same way (mnemoflow.lexical), on every backend."""
     store.upsert([atom(i, text=t) for i, t in enumerate(CJK_TEXTS)])
-    for query, want in (("徒步", "a0"), ("女儿", "a1"), ("小美", "a1"), ("北京 大学", "a1"), ("asyncio", "a2"),
-                        ("上个月的聚会", "a2"), ("Pixel the cat", "a3")):
+    for query, want in (
+        ("徒步", "a0"),
+        ("女儿", "a1"),
+        ("小美", "a1"),
+        ("北京 大学", "a1"),
+        ("asyncio", "a2"),
+        ("上个月的聚会", "a2"),
+        ("Pixel the cat", "a3"),
+    ):
         assert [h.id for h in store.bm25_search("t1", "u1", query, 1)] == [want], query
         assert want in [h.id for h in store.search("t1", "u1", query, vec(99), 2)], query
     assert store.bm25_search("t1", "u1", "徒步旅行", 4)[0].id == "a0"
@@ -207,10 +242,13 @@ def test_dimension_mismatch_is_rejected(store: VectorStore) -> None:
 
 
 def test_bad_arguments_are_refused(store: VectorStore) -> None:
-    for call in (lambda: store.search("t1", "", "x", vec(1), 3), lambda: store.count(""),
-                 lambda: store.search("t1", "u1", "x", vec(1), 0),
-                 lambda: store.search("t1", "u1", "x", vec(1), 3, types=[]),
-                 lambda: store.bm25_search("t1", "u1", "x", 3, types=["fact"])):  # type: ignore[list-item]
+    for call in (
+        lambda: store.search("t1", "", "x", vec(1), 3),
+        lambda: store.count(""),
+        lambda: store.search("t1", "u1", "x", vec(1), 0),
+        lambda: store.search("t1", "u1", "x", vec(1), 3, types=[]),
+        lambda: store.bm25_search("t1", "u1", "x", 3, types=["fact"]),
+    ):  # type: ignore[list-item]
         with pytest.raises(InvalidInput):
             call()
     assert store.bm25_search("t1", "u1", "?! ...", 3) == []
@@ -245,7 +283,7 @@ def test_reembed_to_another_dimension(open_store: Opener) -> None:
 
 
 # Ids that would break a naive filter: quotes, backslashes, operators, non-ASCII.
-scope_ids = st.sampled_from(['u1', 'u2', 'o"brien', "o'neil", 'back\\slash', 'a" or user != "', 'ünï 名', 'x y'])
+scope_ids = st.sampled_from(["u1", "u2", 'o"brien', "o'neil", "back\\slash", 'a" or user != "', "ünï 名", "x y"])
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -256,16 +294,23 @@ scope_ids = st.sampled_from(['u1', 'u2', 'o"brien', "o'neil", 'back\\slash', 'a"
     k=st.integers(1, 20),
     seed=st.integers(0, 10_000),
 )
-def test_search_never_crosses_tenant_or_user(store: VectorStore, population: list[tuple[str, str]],
-                                             probe: tuple[str, str], types: list[str] | None, k: int,
-                                             seed: int) -> None:
+def test_search_never_crosses_tenant_or_user(
+    store: VectorStore,
+    population: list[tuple[str, str]],
+    probe: tuple[str, str],
+    types: list[str] | None,
+    k: int,
+    seed: int,
+) -> None:
     rng = random.Random(seed)
     rows = [atom(rng.randrange(10_000), t, u, text="shared words alpha beta") for t, u in population]
     store.upsert(rows)  # rows accumulate across examples, so earlier examples are neighbours too
     tenant, user = probe
-    for hits in (store.search(tenant, user, "shared alpha", vec(seed), k, types=types),  # type: ignore[arg-type]
-                 store.dense_search(tenant, user, vec(seed), k, types=types),  # type: ignore[arg-type]
-                 store.bm25_search(tenant, user, "shared words", k, types=types)):  # type: ignore[arg-type]
+    for hits in (
+        store.search(tenant, user, "shared alpha", vec(seed), k, types=types),  # type: ignore[arg-type]
+        store.dense_search(tenant, user, vec(seed), k, types=types),  # type: ignore[arg-type]
+        store.bm25_search(tenant, user, "shared words", k, types=types),
+    ):  # type: ignore[arg-type]
         assert len(hits) <= k
         assert all((h.row.tenant, h.row.user) == probe for h in hits)
         assert all(types is None or h.row.type in types for h in hits)

@@ -33,8 +33,17 @@ s.close()
 
 def _row(i: int) -> AtomRow:
     now = datetime.now(UTC)
-    return AtomRow(id=f"a{i}", tenant="t", user="me", type="persona", priority=5, text=f"from parent {i}",
-                   vector=[0.0, 1.0, float(i), 1.0], created=now, updated=now)
+    return AtomRow(
+        id=f"a{i}",
+        tenant="t",
+        user="me",
+        type="persona",
+        priority=5,
+        text=f"from parent {i}",
+        vector=[0.0, 1.0, float(i), 1.0],
+        created=now,
+        updated=now,
+    )
 
 
 def test_two_processes_share_one_file(tmp_path: Path) -> None:
@@ -55,8 +64,21 @@ def test_an_index_of_the_first_layout_is_re_analysed_on_open(tmp_path: Path) -> 
     path = str(tmp_path / "v1.db")
     store = SqliteVectorStore.open(path, dim=4, embedding_model="m")
     now = datetime.now(UTC)
-    store.upsert([AtomRow(id="zh", tenant="t", user="me", type="persona", priority=5, text="我的女儿叫小美",
-                          vector=[0.0, 1.0, 0.0, 1.0], created=now, updated=now)])
+    store.upsert(
+        [
+            AtomRow(
+                id="zh",
+                tenant="t",
+                user="me",
+                type="persona",
+                priority=5,
+                text="我的女儿叫小美",
+                vector=[0.0, 1.0, 0.0, 1.0],
+                created=now,
+                updated=now,
+            )
+        ]
+    )
     with store._conn:  # make the file look like version 1: raw text in FTS, old schema version
         store._conn.execute("update atoms_fts set body = '我的女儿叫小美'")
         store._conn.execute("update meta set value = '1' where key = 'schema_version'")

@@ -117,8 +117,12 @@ def test_one_trace_from_the_api_to_the_l0_write_and_the_stored_atoms(
     settings = Settings(data_dir=data, api_keys={"acme": "key-acme"}, embedder="hashing", session_shards=2)
     bus = ListBus()
     client = TestClient(create_api(settings, bus, tracing=plane(spans, "api")))
-    body = {"turns": [{"message_id": f"m{i}", "user": "ana", "session": "s1", "role": "user", "content": text}
-                      for i, text in enumerate(TURNS)]}  # fmt: skip
+    body = {
+        "turns": [
+            {"message_id": f"m{i}", "user": "ana", "session": "s1", "role": "user", "content": text}
+            for i, text in enumerate(TURNS)
+        ]
+    }
     assert client.post("/v1/turns", json=body, headers=KEY).status_code == 202
     [api_span] = named(spans, "POST /v1/turns")
     assert api_span.attributes["mnemoflow.events"] == 3 and api_span.resource.attributes["service.name"] == (
@@ -194,8 +198,10 @@ def test_tool_results_continue_to_the_shard_call(tmp_path: Path, spans: InMemory
 
     shard = SessionShard(0, str(tmp_path), 600.0, 100)
     shard._tracing = plane(spans, "shard")
-    updates = [(a.tenant, a.session, [e.model_dump_json() for e in a.new_entries], a.last_seq) for a, in
-               zip(outcome.appended)]  # fmt: skip
+    updates = [
+        (a.tenant, a.session, [e.model_dump_json() for e in a.new_entries], a.last_seq)
+        for (a,) in zip(outcome.appended)
+    ]
     assert asyncio.run(shard.sync(updates, parents)) == 2
     [sync] = named(spans, "mnemoflow.shard.sync")
     assert trace_id(sync) == trace_id(first) and [link.context.trace_id for link in sync.links] == [trace_id(second)]

@@ -50,10 +50,15 @@ def test_a_tenant_sees_only_its_own_memory(app) -> None:  # type: ignore[no-unty
     assert f'href="/ui/users/{USER}"' in acme.get("/ui").text
     home = other.get("/ui").text
     assert 'href="/ui/users/bob"' in home and USER not in re.sub(r"<[^>]+>", "", home).split()
-    atom = re.search(r'/ui/users/ana/atoms/([\w-]+)', acme.get(f"/ui/users/{USER}").text)
+    atom = re.search(r"/ui/users/ana/atoms/([\w-]+)", acme.get(f"/ui/users/{USER}").text)
     assert atom is not None
-    for path in (f"/ui/users/{USER}", f"/ui/users/{USER}/atoms/{atom[1]}", f"/ui/sessions/{SESSION}",
-                 f"/ui/sessions/{SESSION}/nodes/001-N1", f"/ui/sessions/{SESSION}/refs/Fix_0"):  # fmt: skip
+    for path in (
+        f"/ui/users/{USER}",
+        f"/ui/users/{USER}/atoms/{atom[1]}",
+        f"/ui/sessions/{SESSION}",
+        f"/ui/sessions/{SESSION}/nodes/001-N1",
+        f"/ui/sessions/{SESSION}/refs/Fix_0",
+    ):
         assert acme.get(path).status_code == 200, path
         assert other.get(path).status_code == 404, path
 
@@ -61,11 +66,17 @@ def test_a_tenant_sees_only_its_own_memory(app) -> None:  # type: ignore[no-unty
 def test_user_data_is_escaped_on_every_page_and_no_inline_script_may_run(app) -> None:  # type: ignore[no-untyped-def]
     client = logged_in(app)
     user = client.get(f"/ui/users/{USER}")
-    atom = re.search(r'/ui/users/ana/atoms/([\w-]+)">[\w-]+</a></td>\s*<td>\w+</td><td>\d+</td><td class="text">My',
-                     user.text)  # fmt: skip
+    atom = re.search(
+        r'/ui/users/ana/atoms/([\w-]+)">[\w-]+</a></td>\s*<td>\w+</td><td>\d+</td><td class="text">My', user.text
+    )
     assert atom is not None
-    pages = [user, client.get(f"/ui/users/{USER}/atoms/{atom[1]}"), client.get(f"/ui/sessions/{SESSION}"),
-             client.get(f"/ui/sessions/{SESSION}/nodes/001-N1"), client.get(f"/ui/sessions/{SESSION}/refs/Fix_0")]
+    pages = [
+        user,
+        client.get(f"/ui/users/{USER}/atoms/{atom[1]}"),
+        client.get(f"/ui/sessions/{SESSION}"),
+        client.get(f"/ui/sessions/{SESSION}/nodes/001-N1"),
+        client.get(f"/ui/sessions/{SESSION}/refs/Fix_0"),
+    ]
     for page in pages:
         assert page.status_code == 200 and ESCAPED in page.text and XSS not in page.text, page.url
         assert "script-src 'self'" in page.headers["content-security-policy"]
@@ -74,8 +85,10 @@ def test_user_data_is_escaped_on_every_page_and_no_inline_script_may_run(app) ->
 
 def test_atom_filters_and_drill_down_to_l0(app) -> None:  # type: ignore[no-untyped-def]
     client = logged_in(app)
-    rows = re.findall(r'class="atom" href="(/ui/users/ana/atoms/[\w-]+)"',
-                      client.get(f"/ui/users/{USER}", params={"type": "instruction"}).text)  # fmt: skip
+    rows = re.findall(
+        r'class="atom" href="(/ui/users/ana/atoms/[\w-]+)"',
+        client.get(f"/ui/users/{USER}", params={"type": "instruction"}).text,
+    )
     assert len(rows) == 1
     drilled = client.get(rows[0]).text
     assert "Please always answer in French." in drilled and 'data-id="m3"' in drilled

@@ -53,30 +53,69 @@ class ControlPlane:
     def start(self) -> None:
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
         etcd_url = f"http://127.0.0.1:{etcd_port}"
-        self.spawn("etcd", [
-            str(self.bin / "etcd"), "--data-dir", str(self.dir / "etcd"), "--name", "check",
-            "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
-            "--listen-peer-urls", f"http://127.0.0.1:{peer_port}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer_port}",
-            "--initial-cluster", f"check=http://127.0.0.1:{peer_port}", "--log-level", "warn",
-            "--unsafe-no-fsync",  # a throwaway store: durability costs time and buys nothing here
-        ])  # fmt: skip
+        self.spawn(
+            "etcd",
+            [
+                str(self.bin / "etcd"),
+                "--data-dir",
+                str(self.dir / "etcd"),
+                "--name",
+                "check",
+                "--listen-client-urls",
+                etcd_url,
+                "--advertise-client-urls",
+                etcd_url,
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer_port}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer_port}",
+                "--initial-cluster",
+                f"check=http://127.0.0.1:{peer_port}",
+                "--log-level",
+                "warn",
+                "--unsafe-no-fsync",  # a throwaway store: durability costs time and buys nothing here
+            ],
+        )
         token = secrets.token_hex(16)
         tokens = self.dir / "tokens.csv"
         tokens.write_text(f"{token},check-admin,check-admin,system:masters\n")
         tokens.chmod(0o600)
         sa_key = self.dir / "sa.key"
         subprocess.run(["openssl", "genrsa", "-out", str(sa_key), "2048"], check=True, capture_output=True)
-        self.spawn("kube-apiserver", [
-            str(self.bin / "kube-apiserver"), "--etcd-servers", etcd_url,
-            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", str(api_port),
-            "--cert-dir", str(self.dir / "certs"), "--token-auth-file", str(tokens),
-            "--authorization-mode", "RBAC", "--service-cluster-ip-range", "10.96.0.0/16",
-            "--service-account-issuer", "https://kubernetes.default.svc",
-            "--service-account-key-file", str(sa_key), "--service-account-signing-key-file", str(sa_key),
-            "--enable-priority-and-fairness=false", "--profiling=false", "-v", "0",
-            "--endpoint-reconciler-type", "none",  # no `kubernetes` Service endpoints: 127.0.0.1 is refused there
-        ])  # fmt: skip
+        self.spawn(
+            "kube-apiserver",
+            [
+                str(self.bin / "kube-apiserver"),
+                "--etcd-servers",
+                etcd_url,
+                "--bind-address",
+                "127.0.0.1",
+                "--advertise-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(api_port),
+                "--cert-dir",
+                str(self.dir / "certs"),
+                "--token-auth-file",
+                str(tokens),
+                "--authorization-mode",
+                "RBAC",
+                "--service-cluster-ip-range",
+                "10.96.0.0/16",
+                "--service-account-issuer",
+                "https://kubernetes.default.svc",
+                "--service-account-key-file",
+                str(sa_key),
+                "--service-account-signing-key-file",
+                str(sa_key),
+                "--enable-priority-and-fairness=false",
+                "--profiling=false",
+                "-v",
+                "0",
+                "--endpoint-reconciler-type",
+                "none",  # no `kubernetes` Service endpoints: 127.0.0.1 is refused there
+            ],
+        )
         url = f"https://127.0.0.1:{api_port}"
         self.kubeconfig.write_text(_kubeconfig(url, token))
         self.kubeconfig.chmod(0o600)
@@ -95,8 +134,7 @@ class ControlPlane:
                 if proc.poll() is not None:
                     raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}:\n{self.logs()}")
             try:
-                r = httpx.get(f"{url}/readyz", headers={"Authorization": f"Bearer {token}"}, verify=False,
-                              timeout=2)  # fmt: skip
+                r = httpx.get(f"{url}/readyz", headers={"Authorization": f"Bearer {token}"}, verify=False, timeout=2)
                 if r.status_code == 200:
                     return
                 last = r.text[-500:]
@@ -110,8 +148,9 @@ class ControlPlane:
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = False) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
-        proc = subprocess.run([str(self.bin / "kubectl"), *args], input=stdin, text=True, capture_output=True,
-                              env=env, timeout=300)  # fmt: skip
+        proc = subprocess.run(
+            [str(self.bin / "kubectl"), *args], input=stdin, text=True, capture_output=True, env=env, timeout=300
+        )
         if check and proc.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
         return proc

@@ -18,21 +18,59 @@ FAKE = "kwok.x-k8s.io/node"
 def start(cp: ControlPlane) -> None:
     """Start the controllers, the scheduler and kwok against ``cp`` (they stop with it)."""
     kc = str(cp.kubeconfig)
-    cp.spawn("kube-controller-manager", [
-        str(cp.bin / "kube-controller-manager"), "--kubeconfig", kc, "--leader-elect=false",
-        "--service-account-private-key-file", str(cp.dir / "sa.key"), "--use-service-account-credentials=false",
-        "--bind-address", "127.0.0.1", "--secure-port", "0", "--controllers", "*", "-v", "0",
-    ])  # fmt: skip
-    cp.spawn("kube-scheduler", [
-        str(cp.bin / "kube-scheduler"), "--kubeconfig", kc, "--leader-elect=false",
-        "--bind-address", "127.0.0.1", "--secure-port", "0", "-v", "0",
-    ])  # fmt: skip
+    cp.spawn(
+        "kube-controller-manager",
+        [
+            str(cp.bin / "kube-controller-manager"),
+            "--kubeconfig",
+            kc,
+            "--leader-elect=false",
+            "--service-account-private-key-file",
+            str(cp.dir / "sa.key"),
+            "--use-service-account-credentials=false",
+            "--bind-address",
+            "127.0.0.1",
+            "--secure-port",
+            "0",
+            "--controllers",
+            "*",
+            "-v",
+            "0",
+        ],
+    )
+    cp.spawn(
+        "kube-scheduler",
+        [
+            str(cp.bin / "kube-scheduler"),
+            "--kubeconfig",
+            kc,
+            "--leader-elect=false",
+            "--bind-address",
+            "127.0.0.1",
+            "--secure-port",
+            "0",
+            "-v",
+            "0",
+        ],
+    )
     stages = [a for f in sorted((cp.bin / "kwok-stages").glob("*.yaml")) for a in ("--config", str(f))]
-    cp.spawn("kwok", [
-        str(cp.bin / "kwok"), "--kubeconfig", kc, "--manage-all-nodes=false", *stages,
-        f"--manage-nodes-with-annotation-selector={FAKE}=fake", "--cidr", "10.0.0.1/24", "--node-ip", "10.0.0.1",
-        "--server-address", "127.0.0.1:0",
-    ])  # fmt: skip
+    cp.spawn(
+        "kwok",
+        [
+            str(cp.bin / "kwok"),
+            "--kubeconfig",
+            kc,
+            "--manage-all-nodes=false",
+            *stages,
+            f"--manage-nodes-with-annotation-selector={FAKE}=fake",
+            "--cidr",
+            "10.0.0.1/24",
+            "--node-ip",
+            "10.0.0.1",
+            "--server-address",
+            "127.0.0.1:0",
+        ],
+    )
 
 
 def add_nodes(cp: ControlPlane, names: list[str]) -> None:
@@ -41,11 +79,16 @@ def add_nodes(cp: ControlPlane, names: list[str]) -> None:
         node = {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": name, "annotations": {FAKE: "fake"},
-                         "labels": {"kubernetes.io/hostname": name, "type": "kwok"}},
-            "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
-                       "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"}},
-        }  # fmt: skip
+            "metadata": {
+                "name": name,
+                "annotations": {FAKE: "fake"},
+                "labels": {"kubernetes.io/hostname": name, "type": "kwok"},
+            },
+            "status": {
+                "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+                "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+            },
+        }
         cp.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(node), check=True)
     wait(cp, lambda: all(_ready(cp, "node", n) for n in names), 120, f"nodes {names} Ready")
 

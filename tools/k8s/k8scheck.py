@@ -55,8 +55,11 @@ def tools() -> Path:
 
 
 def render(bin_dir: Path, overlay: str) -> str:
-    proc = subprocess.run([str(bin_dir / "kubectl"), "kustomize", str(ROOT / "k8s" / "overlays" / overlay)],
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [str(bin_dir / "kubectl"), "kustomize", str(ROOT / "k8s" / "overlays" / overlay)],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"kustomize of {overlay} failed:\n{proc.stderr}")
     return proc.stdout
@@ -90,12 +93,23 @@ def schema_dir(bin_dir: Path) -> Path:
 
 def schema_check(bin_dir: Path, rendered: str) -> Result:
     schemas = schema_dir(bin_dir)
-    proc = subprocess.run([
-        str(bin_dir / "kubeconform"), "-strict", "-summary", "-output", "text",
-        "-schema-location", f"{schemas}/builtin/{BUILTIN_TEMPLATE}",
-        "-schema-location", f"{schemas}/crds/{CRD_TEMPLATE}",
-        "-",
-    ], input=rendered, capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [
+            str(bin_dir / "kubeconform"),
+            "-strict",
+            "-summary",
+            "-output",
+            "text",
+            "-schema-location",
+            f"{schemas}/builtin/{BUILTIN_TEMPLATE}",
+            "-schema-location",
+            f"{schemas}/crds/{CRD_TEMPLATE}",
+            "-",
+        ],
+        input=rendered,
+        capture_output=True,
+        text=True,
+    )
     return Result(proc.returncode == 0, proc.stdout + proc.stderr)
 
 
@@ -115,8 +129,16 @@ def server_check(cp: ControlPlane, rendered: str) -> Result:
             ns = doc["metadata"]["name"]
             if cp.kubectl("get", "namespace", ns).returncode != 0:
                 cp.kubectl("create", "namespace", ns, check=True)
-    proc = cp.kubectl("apply", "--server-side", "--dry-run=server", "--field-manager=k8scheck",
-                      "--validate=strict", "-f", "-", stdin=rendered)  # fmt: skip
+    proc = cp.kubectl(
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "--field-manager=k8scheck",
+        "--validate=strict",
+        "-f",
+        "-",
+        stdin=rendered,
+    )
     return Result(proc.returncode == 0, proc.stdout + proc.stderr)
 
 

@@ -19,35 +19,60 @@ NODES = ["kwok-0", "kwok-1", "kwok-2"]
 
 def _pv() -> str:
     # No storage provisioner here: a volume bound ahead to the claim (nothing is mounted, kwok runs no container).
-    return json.dumps({
-        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "mnemoflow-data-fake"},
-        "spec": {"capacity": {"storage": "100Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
-                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": "/tmp/mnemoflow-fake-pv"},
-                 "claimRef": {"namespace": NS, "name": "mnemoflow-data"}},
-    })  # fmt: skip
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": "mnemoflow-data-fake"},
+            "spec": {
+                "capacity": {"storage": "100Gi"},
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "persistentVolumeReclaimPolicy": "Retain",
+                "hostPath": {"path": "/tmp/mnemoflow-fake-pv"},
+                "claimRef": {"namespace": NS, "name": "mnemoflow-data"},
+            },
+        }
+    )
 
 
 def _head_standin(node: str) -> str:
     """A pod with the Ray head's labels (KubeRay is not here to make the real one), pinned to ``node``."""
-    return json.dumps({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "ray-head-standin", "namespace": NS,
-                     "labels": {"app.kubernetes.io/name": "mnemoflow-ray", "app.kubernetes.io/component": "ray-head"}},
-        "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
-                 "securityContext": {"runAsNonRoot": True, "runAsUser": 10001,
-                                     "seccompProfile": {"type": "RuntimeDefault"}},
-                 "containers": [{"name": "ray-head", "image": "mnemoflow:0.1.0",
-                                 "securityContext": {"allowPrivilegeEscalation": False,
-                                                     "capabilities": {"drop": ["ALL"]}}}]},
-    })  # fmt: skip
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "ray-head-standin",
+                "namespace": NS,
+                "labels": {"app.kubernetes.io/name": "mnemoflow-ray", "app.kubernetes.io/component": "ray-head"},
+            },
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": 10001,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "containers": [
+                    {
+                        "name": "ray-head",
+                        "image": "mnemoflow:0.1.0",
+                        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                    }
+                ],
+            },
+        }
+    )
 
 
 def _ready_workers(cp: ControlPlane) -> list[dict]:
     return [
-        p for p in fakenodes.pods(cp, NS, WORKERS)
+        p
+        for p in fakenodes.pods(cp, NS, WORKERS)
         if not p["metadata"].get("deletionTimestamp")
         and any(c["type"] == "Ready" and c["status"] == "True" for c in p.get("status", {}).get("conditions", []))
-    ]  # fmt: skip
+    ]
 
 
 def run(cp: ControlPlane, rendered: str, replicas: int = 3) -> list[str]:
@@ -80,8 +105,9 @@ def run(cp: ControlPlane, rendered: str, replicas: int = 3) -> list[str]:
         return status.get("currentHealthy") == 1 and status.get("disruptionsAllowed") == 0
 
     fakenodes.wait(cp, head_budget_exhausted, 120, "the ray-head budget counts the head as healthy")
-    blocked = cp.kubectl("drain", head_node, "--ignore-daemonsets", "--delete-emptydir-data", "--force",
-                         "--timeout=20s")  # fmt: skip
+    blocked = cp.kubectl(
+        "drain", head_node, "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=20s"
+    )
     out = blocked.stdout + blocked.stderr
     if blocked.returncode == 0 or "disruption budget" not in out:
         raise AssertionError(f"the drain of {head_node} was not stopped by the ray-head budget:\n{out}")

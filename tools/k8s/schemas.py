@@ -54,8 +54,10 @@ _REF_PREFIX = "/api/_definitions.json#/$defs/"
 def _local_refs(node: Any) -> Any:
     if isinstance(node, dict):
         # A string "$ref" is a reference; a dict under "$ref" is a field of that name (JSONSchemaProps has one).
-        return {k: v.replace(_REF_PREFIX, "#/$defs/") if k == "$ref" and isinstance(v, str) else _local_refs(v)
-                for k, v in node.items()}  # fmt: skip
+        return {
+            k: v.replace(_REF_PREFIX, "#/$defs/") if k == "$ref" and isinstance(v, str) else _local_refs(v)
+            for k, v in node.items()
+        }
     if isinstance(node, list):
         return [_local_refs(n) for n in node]
     return node

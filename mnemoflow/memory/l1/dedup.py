@@ -18,7 +18,7 @@ Improvements over docs/tdam-spec.md §3.4 (§9.9, §11.8):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -124,12 +124,27 @@ class LLMDedupJudge:
         self._llm, self._max_tokens = llm, max_tokens
 
     async def judge(self, items: list[JudgeItem]) -> list[DedupDecision]:
-        pool = {c.row.id: prompt.PoolItem(c.row.id, c.row.text, c.row.type, c.row.priority)
-                for item in items for c in item.candidates}
-        new = [prompt.NewItem(i.atom.id, i.atom.draft.content, i.atom.draft.type, i.atom.draft.priority,
-                              [c.row.id for c in i.candidates]) for i in items]
-        reply = await self._llm.complete(prompt.build_messages(list(pool.values()), new), prompt.DedupOut,
-                                         max_tokens=self._max_tokens, stage="l1-dedup")
+        pool = {
+            c.row.id: prompt.PoolItem(c.row.id, c.row.text, c.row.type, c.row.priority)
+            for item in items
+            for c in item.candidates
+        }
+        new = [
+            prompt.NewItem(
+                i.atom.id,
+                i.atom.draft.content,
+                i.atom.draft.type,
+                i.atom.draft.priority,
+                [c.row.id for c in i.candidates],
+            )
+            for i in items
+        ]
+        reply = await self._llm.complete(
+            prompt.build_messages(list(pool.values()), new),
+            prompt.DedupOut,
+            max_tokens=self._max_tokens,
+            stage="l1-dedup",
+        )
         return reply.decisions
 
 
@@ -155,8 +170,11 @@ class Deduper:
     def _gate(self, atom: NewAtom, cands: list[Candidate], batch: list[NewAtom]) -> Action | None:
         cfg, kind = self.config, atom.draft.type
         near_batch = any(b.draft.type == kind and cosine(atom.vector, b.vector) >= cfg.skip_similarity for b in batch)
-        if near_batch or any(c.row.id == atom.id for c in cands) or any(
-                c.row.type == kind and c.similarity >= cfg.skip_similarity for c in cands):
+        if (
+            near_batch
+            or any(c.row.id == atom.id for c in cands)
+            or any(c.row.type == kind and c.similarity >= cfg.skip_similarity for c in cands)
+        ):
             return "skip"
         if not cands or cands[0].similarity < cfg.store_below:
             return "store"
@@ -178,8 +196,10 @@ class Deduper:
         limit = self.config.shown
         if not limit or not queries:
             return []
-        ranked = [sorted((h.row for h in self._store.search(tenant, user, text, vec, limit)),
-                         key=lambda r, v=vec: -cosine(v, r.vector)) for text, vec in queries]
+        ranked = [
+            sorted((h.row for h in self._store.search(tenant, user, text, vec, limit)), key=_closest_to(vec))
+            for text, vec in queries
+        ]
         out: dict[str, AtomRow] = {}
         for rank in range(limit):
             for rows in ranked:
@@ -187,8 +207,15 @@ class Deduper:
                     out.setdefault(rows[rank].id, rows[rank])
         return list(out.values())
 
-    async def plan(self, tenant: str, user: str, atoms: list[NewAtom], *, shown: Sequence[AtomRow] | None = None,
-                   proposed: Mapping[str, DedupDecision] | None = None) -> list[Plan]:
+    async def plan(
+        self,
+        tenant: str,
+        user: str,
+        atoms: list[NewAtom],
+        *,
+        shown: Sequence[AtomRow] | None = None,
+        proposed: Mapping[str, DedupDecision] | None = None,
+    ) -> list[Plan]:
         """One plan per atom, in input order. Raises whatever the judge raises (the pass then fails whole).
 
         ``shown``: atoms the extraction prompt listed; ``proposed``: decisions of the extraction reply by atom id
@@ -248,6 +275,16 @@ class Deduper:
             action = "store"
         if action != "merge" and action != "update":
             return Plan(item.atom, action, d.content, d.type, d.priority)
-        return Plan(item.atom, action, (dec.merged_content or d.content).strip() or d.content,
-                    dec.merged_type or d.type,
-                    d.priority if dec.merged_priority is None else dec.merged_priority, targets)
+        return Plan(
+            item.atom,
+            action,
+            (dec.merged_content or d.content).strip() or d.content,
+            dec.merged_type or d.type,
+            d.priority if dec.merged_priority is None else dec.merged_priority,
+            targets,
+        )
+
+
+def _closest_to(vec: Sequence[float]) -> Callable[[AtomRow], float]:
+    """Sort key: rows most similar to ``vec`` first."""
+    return lambda row: -cosine(vec, row.vector)

@@ -19,6 +19,7 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
+from mnemoflow.memory.l0 import L0Message
 from mnemoflow.memory.l1.models import AtomDraft, DedupDecision
 from mnemoflow.memory.l1.window import Window
 from mnemoflow.ports.llm import LLM
@@ -52,8 +53,9 @@ class Extraction:
 class DecidingExtractor(Extractor, Protocol):
     """An extractor that also decides dedup against ``existing`` (the user's atoms closest to the window)."""
 
-    async def extract_decided(self, user: str, window: Window, previous_scene: str,
-                              existing: Sequence[AtomRow]) -> Extraction: ...
+    async def extract_decided(
+        self, user: str, window: Window, previous_scene: str, existing: Sequence[AtomRow]
+    ) -> Extraction: ...
 
 
 def validate_drafts(drafts: Iterable[AtomDraft], window: Window, limit: int = MAX_PER_PASS) -> list[AtomDraft]:
@@ -73,8 +75,9 @@ def validate_drafts(drafts: Iterable[AtomDraft], window: Window, limit: int = MA
     return ranked[:limit]
 
 
-def validate_decided(pairs: Iterable[tuple[AtomDraft, DedupDecision | None]], window: Window,
-                     limit: int = MAX_PER_PASS) -> Extraction:
+def validate_decided(
+    pairs: Iterable[tuple[AtomDraft, DedupDecision | None]], window: Window, limit: int = MAX_PER_PASS
+) -> Extraction:
     """:func:`validate_drafts` keeping each surviving draft's decision (of the same first occurrence it keeps)."""
     allowed = window.new_ids
     kept = [(d, dec) for d, dec in pairs if any(s in allowed for s in d.source_message_ids)]
@@ -99,8 +102,12 @@ def _decision(mem: prompt.MemoryOut) -> DedupDecision | None:
     if mem.decision is None:
         return None
     return DedupDecision(
-        record_id="", action=mem.decision, target_ids=mem.target_ids, merged_content=mem.merged_content,
-        merged_type=mem.merged_type, merged_priority=mem.merged_priority,
+        record_id="",
+        action=mem.decision,
+        target_ids=mem.target_ids,
+        merged_content=mem.merged_content,
+        merged_type=mem.merged_type,
+        merged_priority=mem.merged_priority,
     )
 
 
@@ -115,28 +122,43 @@ class LLMExtractor:
     async def extract(self, user: str, window: Window, previous_scene: str) -> list[AtomDraft]:
         return (await self.extract_decided(user, window, previous_scene, [])).drafts
 
-    async def extract_decided(self, user: str, window: Window, previous_scene: str,
-                              existing: Sequence[AtomRow]) -> Extraction:
+    async def extract_decided(
+        self, user: str, window: Window, previous_scene: str, existing: Sequence[AtomRow]
+    ) -> Extraction:
         if not any(m.role == "user" for m in window.new):
             return Extraction([])  # nothing said by the user: no call (assistant-only windows hold no user memory)
 
-        def pm(m: object) -> prompt.PromptMessage:
-            return prompt.PromptMessage(m.id, m.role, m.ts, m.content)  # type: ignore[attr-defined]
+        def pm(m: L0Message) -> prompt.PromptMessage:
+            return prompt.PromptMessage(m.id, m.role, m.ts, m.content)
 
-        ctx = prompt.ExtractionContext(user, previous_scene, [pm(m) for m in window.background],
-                                       [pm(m) for m in window.new],
-                                       [prompt.ExistingMemory(r.id, r.type, r.text) for r in existing])
-        reply = await self._llm.complete(prompt.build_messages(ctx), prompt.ExtractionOut,
-                                         max_tokens=self._max_tokens, stage="l1-extraction")
+        ctx = prompt.ExtractionContext(
+            user,
+            previous_scene,
+            [pm(m) for m in window.background],
+            [pm(m) for m in window.new],
+            [prompt.ExistingMemory(r.id, r.type, r.text) for r in existing],
+        )
+        reply = await self._llm.complete(
+            prompt.build_messages(ctx), prompt.ExtractionOut, max_tokens=self._max_tokens, stage="l1-extraction"
+        )
         pairs = []
         for scene in reply.scenes:
             for mem in scene.memories:
                 try:
-                    pairs.append((AtomDraft(
-                        content=mem.content.strip(), type=mem.type, priority=mem.priority,
-                        source_message_ids=tuple(mem.source_message_ids), scene_name=scene.scene_name.strip(),
-                        activity_start=_when(mem.activity_start), activity_end=_when(mem.activity_end)),
-                        _decision(mem)))
+                    pairs.append(
+                        (
+                            AtomDraft(
+                                content=mem.content.strip(),
+                                type=mem.type,
+                                priority=mem.priority,
+                                source_message_ids=tuple(mem.source_message_ids),
+                                scene_name=scene.scene_name.strip(),
+                                activity_start=_when(mem.activity_start),
+                                activity_end=_when(mem.activity_end),
+                            ),
+                            _decision(mem),
+                        )
+                    )
                 except ValidationError:
                     continue  # e.g. blank content after strip: drop the item, keep the pass
         return validate_decided(pairs, window)

@@ -32,22 +32,34 @@ from mnemoflow.ports.vectors import AtomType
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])\s*")
 _QUESTION_END = re.compile(r"([?？]|[吗呢][\s。.…~～]*)$")
 _GREETING = re.compile(
-    r"^(hi|hey|hello|thanks|thank you|bye|good (morning|night|evening)|ok(ay)?|cool|great|wow|lol)\b", re.IGNORECASE)
+    r"^(hi|hey|hello|thanks|thank you|bye|good (morning|night|evening)|ok(ay)?|cool|great|wow|lol)\b", re.IGNORECASE
+)
 # No \b in the Chinese patterns: between two Han characters there is no word boundary.
-_GREETING_ZH = re.compile(r"^(你好|您好|嗨|哈喽|谢谢|多谢|感谢|再见|拜拜|早上好|早安|晚上好|晚安|好的|好吧|嗯+|哈哈+|"
-                          r"没问题|收到|太好了|真棒|厉害)")
-_INSTRUCTION = re.compile(r"\b(from now on|always (reply|answer|respond|use|write)|never (reply|answer|use|call|say)|"
-                          r"(reply|answer|respond|write) (in|with|using))\b", re.IGNORECASE)
-_INSTRUCTION_ZH = re.compile(r"(从现在(开始|起)|从今以后|以后|今后).{0,20}(回答|回复|答复|用|写|说|叫我|称呼)|"
-                             r"(总是|始终|一直|永远|每次都)(用|以).{0,12}(回答|回复|写|说)|"
-                             r"(请|要)?(用|以)(中文|英文|英语|汉语|日语|简体|繁体).{0,6}(回答|回复|答复|写|交流)|"
-                             r"(回答|回复|写).{0,6}(不要|别|不许)|(不要|别|不许)再?(叫我|称呼我|给我发|回复)")
-_PERSONA = re.compile(r"\b(i|i'm|i am|my|me)\b.{0,60}\b(like|love|prefer|enjoy|hate|dislike|favou?rite|allergic|"
-                      r"vegetarian|vegan|passionate|identify|believe|value|am a|work as|live in|grew up)\b",
-                      re.IGNORECASE)
-_PERSONA_ZH = re.compile(r"我(很|非常|特别|最|真|也|还|一直|从小|比较)?(喜欢|爱|热爱|讨厌|不喜欢|偏爱|享受|擅长|害怕|"
-                         r"信|对.{0,10}过敏|过敏|吃素|是|住在|来自|出生|长大|叫|姓|在.{0,12}(工作|上班|上学|读书|当))|"
-                         r"我的(女儿|儿子|妻子|丈夫|老婆|老公|孩子|爸爸|妈妈|父亲|母亲|家人|猫|狗|名字|爱好|工作|职业)")
+_GREETING_ZH = re.compile(
+    r"^(你好|您好|嗨|哈喽|谢谢|多谢|感谢|再见|拜拜|早上好|早安|晚上好|晚安|好的|好吧|嗯+|哈哈+|"
+    r"没问题|收到|太好了|真棒|厉害)"
+)
+_INSTRUCTION = re.compile(
+    r"\b(from now on|always (reply|answer|respond|use|write)|never (reply|answer|use|call|say)|"
+    r"(reply|answer|respond|write) (in|with|using))\b",
+    re.IGNORECASE,
+)
+_INSTRUCTION_ZH = re.compile(
+    r"(从现在(开始|起)|从今以后|以后|今后).{0,20}(回答|回复|答复|用|写|说|叫我|称呼)|"
+    r"(总是|始终|一直|永远|每次都)(用|以).{0,12}(回答|回复|写|说)|"
+    r"(请|要)?(用|以)(中文|英文|英语|汉语|日语|简体|繁体).{0,6}(回答|回复|答复|写|交流)|"
+    r"(回答|回复|写).{0,6}(不要|别|不许)|(不要|别|不许)再?(叫我|称呼我|给我发|回复)"
+)
+_PERSONA = re.compile(
+    r"\b(i|i'm|i am|my|me)\b.{0,60}\b(like|love|prefer|enjoy|hate|dislike|favou?rite|allergic|"
+    r"vegetarian|vegan|passionate|identify|believe|value|am a|work as|live in|grew up)\b",
+    re.IGNORECASE,
+)
+_PERSONA_ZH = re.compile(
+    r"我(很|非常|特别|最|真|也|还|一直|从小|比较)?(喜欢|爱|热爱|讨厌|不喜欢|偏爱|享受|擅长|害怕|"
+    r"信|对.{0,10}过敏|过敏|吃素|是|住在|来自|出生|长大|叫|姓|在.{0,12}(工作|上班|上学|读书|当))|"
+    r"我的(女儿|儿子|妻子|丈夫|老婆|老公|孩子|爸爸|妈妈|父亲|母亲|家人|猫|狗|名字|爱好|工作|职业)"
+)
 MIN_WORDS = 4
 SHORT_ANSWER_WORDS = 12
 CONTEXT_CHARS = 200
@@ -98,8 +110,15 @@ class HeuristicExtractor:
                 text = f"{text} (event: {when})"
             if msg.name:  # name the subject: "Caroline: I went ..." is found by a question about Caroline
                 text = f"{msg.name}: {text}"
-            drafts.append(AtomDraft(content=text[:MAX_CONTENT], type=kind, priority=priority,
-                                    source_message_ids=(msg.id,), scene_name=previous_scene))
+            drafts.append(
+                AtomDraft(
+                    content=text[:MAX_CONTENT],
+                    type=kind,
+                    priority=priority,
+                    source_message_ids=(msg.id,),
+                    scene_name=previous_scene,
+                )
+            )
         return validate_drafts(drafts, window)
 
 

@@ -81,9 +81,18 @@ class L1Settings:
 class L1Pipeline:
     """Extraction + dedup + writes for one user at a time. Ports are injected; nothing global."""
 
-    def __init__(self, *, files: FileStore, store: VectorStore, embedder: Embedder, extractor: Extractor,
-                 judge: DedupJudge, clock: Clock, dedup: DedupConfig | None = None,
-                 settings: L1Settings | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        files: FileStore,
+        store: VectorStore,
+        embedder: Embedder,
+        extractor: Extractor,
+        judge: DedupJudge,
+        clock: Clock,
+        dedup: DedupConfig | None = None,
+        settings: L1Settings | None = None,
+    ) -> None:
         self._files, self._store, self._embedder = files, store, embedder
         self._extractor, self._clock = extractor, clock
         self.deduper = Deduper(store, judge, dedup)
@@ -92,8 +101,14 @@ class L1Pipeline:
     def pending(self, tenant: str, user: str) -> list[Window]:
         """Windows the next run would process (empty: nothing to do)."""
         s = self.settings
-        return plan_windows(self._files, tenant, user, load_cursor(self._files, tenant, user),
-                            new_size=s.new_size, background=s.background)
+        return plan_windows(
+            self._files,
+            tenant,
+            user,
+            load_cursor(self._files, tenant, user),
+            new_size=s.new_size,
+            background=s.background,
+        )
 
     async def run(self, tenant: str, user: str) -> L1RunResult:
         """Process the backlog window by window; raises on the first failing window (earlier ones are kept)."""
@@ -103,12 +118,12 @@ class L1Pipeline:
         for window in windows:
             calls_before, passes_before = self.deduper.stats.judge_calls, self.deduper.stats.model_judge_passes
             has_user_text = any(m.role == "user" for m in window.new)
-            deciding = isinstance(self._extractor, DecidingExtractor)
-            wanted = has_user_text and (deciding or self.settings.count_model_calls)
+            decider = self._extractor if isinstance(self._extractor, DecidingExtractor) else None
+            wanted = has_user_text and (decider is not None or self.settings.count_model_calls)
             shown = self._shown(tenant, user, window) if wanted else []
             proposed: dict[str, DedupDecision] | None = None
-            if deciding:
-                extraction = await self._extractor.extract_decided(user, window, cursor.last_scene, shown)
+            if decider is not None:
+                extraction = await decider.extract_decided(user, window, cursor.last_scene, shown)
                 drafts, proposed = extraction.drafts, {}
             else:  # shown atoms (when counted) only feed the count of what a model engine would need
                 drafts = await self._extractor.extract(user, window, cursor.last_scene) if window.new else []
@@ -117,8 +132,11 @@ class L1Pipeline:
             vectors = self._embedder.embed([d.content for d in drafts]) if drafts else []
             atoms = [NewAtom(d.atom_id(tenant, user), d, v) for d, v in zip(drafts, vectors, strict=True)]
             if proposed is not None:
-                proposed = {a.id: dec.model_copy(update={"record_id": a.id})
-                            for a, dec in zip(atoms, extraction.decisions, strict=True) if dec is not None}
+                proposed = {
+                    a.id: dec.model_copy(update={"record_id": a.id})
+                    for a, dec in zip(atoms, extraction.decisions, strict=True)
+                    if dec is not None
+                }
             plans = await self.deduper.plan(tenant, user, atoms, shown=shown, proposed=proposed)
             result.llm_calls += self.deduper.stats.judge_calls - calls_before
             result.model_calls_needed += self.deduper.stats.model_judge_passes - passes_before
@@ -135,8 +153,15 @@ class L1Pipeline:
         texts = [m.content[:2000] for m in window.new if m.role == "user"]
         return self.deduper.shown(tenant, user, list(zip(texts, self._embedder.embed(texts), strict=True)))
 
-    def write_plans(self, tenant: str, user: str, plans: list[Plan], by_id: dict[str, L0Message],
-                    result: L1RunResult, operation_id: str | None = None) -> None:
+    def write_plans(
+        self,
+        tenant: str,
+        user: str,
+        plans: list[Plan],
+        by_id: dict[str, L0Message],
+        result: L1RunResult,
+        operation_id: str | None = None,
+    ) -> None:
         """Records, then the index, for the dedup plans of one pass. ``by_id``: the L0 messages the drafts came
         from. ``operation_id``: a manual write (``remember``), recorded as such, with no L0 provenance of its own."""
         now = self._clock.now()
@@ -156,8 +181,10 @@ class L1Pipeline:
         log.append(records, supersede, now)
         changed = [p.content != p.atom.draft.content for p in writes]
         fresh = iter(self._embedder.embed([p.content for p, c in zip(writes, changed, strict=True) if c]) or [])
-        rows = [self.row(tenant, user, rec, next(fresh) if c else p.atom.vector, now)
-                for p, rec, c in zip(writes, records, changed, strict=True)]
+        rows = [
+            self.row(tenant, user, rec, next(fresh) if c else p.atom.vector, now)
+            for p, rec, c in zip(writes, records, changed, strict=True)
+        ]
         self._store.upsert(rows)
         gone = [old_id for old_id, _ in supersede]
         if gone:
@@ -165,8 +192,9 @@ class L1Pipeline:
         result.atom_ids += [r.id for r in records]
 
     @staticmethod
-    def _record(p: Plan, by_id: dict[str, L0Message], old: dict[str, L1Record], now: datetime,
-                operation_id: str | None = None) -> L1Record:
+    def _record(
+        p: Plan, by_id: dict[str, L0Message], old: dict[str, L1Record], now: datetime, operation_id: str | None = None
+    ) -> L1Record:
         d = p.atom.draft
         sources = list(d.source_message_ids) if operation_id is None else []
         stamps = [by_id[s].ts for s in sources if s in by_id] or [now]
@@ -175,15 +203,35 @@ class L1Pipeline:
             sources += prev.source_message_ids if prev else t.source_message_ids
             stamps += prev.timestamps if prev else [t.created]
         return L1Record(
-            id=p.atom.id, content=p.content, type=p.type, priority=p.priority, scene_name=d.scene_name,
-            source_message_ids=list(dict.fromkeys(sources)), activity_start=d.activity_start,
-            activity_end=d.activity_end, timestamps=sorted(set(stamps)), created=now, updated=now,
-            action=p.action if p.action != "skip" else "store", merged_from=[t.id for t in p.targets],
-            origin="extraction" if operation_id is None else "manual", operation_id=operation_id)
+            id=p.atom.id,
+            content=p.content,
+            type=p.type,
+            priority=p.priority,
+            scene_name=d.scene_name,
+            source_message_ids=list(dict.fromkeys(sources)),
+            activity_start=d.activity_start,
+            activity_end=d.activity_end,
+            timestamps=sorted(set(stamps)),
+            created=now,
+            updated=now,
+            action=p.action if p.action != "skip" else "store",
+            merged_from=[t.id for t in p.targets],
+            origin="extraction" if operation_id is None else "manual",
+            operation_id=operation_id,
+        )
 
     @staticmethod
     def row(tenant: str, user: str, rec: L1Record, vector: list[float], now: datetime) -> AtomRow:
         """``created`` in the index is when the fact was first said (shown by recall), ``updated`` the write."""
-        return AtomRow(id=rec.id, tenant=tenant, user=user, type=rec.type, priority=rec.priority,
-                       text=rec.content[:8000], vector=vector, created=rec.activity_start or rec.timestamps[0],
-                       updated=now, source_message_ids=rec.source_message_ids)
+        return AtomRow(
+            id=rec.id,
+            tenant=tenant,
+            user=user,
+            type=rec.type,
+            priority=rec.priority,
+            text=rec.content[:8000],
+            vector=vector,
+            created=rec.activity_start or rec.timestamps[0],
+            updated=now,
+            source_message_ids=rec.source_message_ids,
+        )

@@ -78,5 +78,6 @@ class RecordLog:
         if ids:
             path = Layout.records_day(self.tenant, self.user, at.date())
             self._files.repair_tail(path)
-            self._files.append_lines(path, [DeleteLine(id=i, at=at, operation_id=operation_id).model_dump_json()
-                                            for i in ids])
+            self._files.append_lines(
+                path, [DeleteLine(id=i, at=at, operation_id=operation_id).model_dump_json() for i in ids]
+            )

@@ -79,8 +79,9 @@ class L1Scheduler:
             if decision.wake_at is not None and len(self._wake) < self._max_wakeups:
                 self._wake[key] = decision.wake_at
             if decision.run:
-                jobs.append(L1Job(kind="run", tenant=key[0], user=key[1], reason=decision.reason or "",
-                                  requested_at=now))  # fmt: skip
+                jobs.append(
+                    L1Job(kind="run", tenant=key[0], user=key[1], reason=decision.reason or "", requested_at=now)
+                )
         return jobs
 
     def _settle_one(self, key: UserKey, state: TriggerState, decision: Decision, now: datetime) -> L1Job | None:

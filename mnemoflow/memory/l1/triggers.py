@@ -76,8 +76,9 @@ class L1Triggers:
         return min(state.warmup_threshold, cfg.every_n)
 
     def _start(self, state: TriggerState, reason: Reason) -> tuple[TriggerState, Decision]:
-        started = state.model_copy(update={"running": True, "inflight": state.pending, "rerun": False,
-                                           "retry_at": None})
+        started = state.model_copy(
+            update={"running": True, "inflight": state.pending, "rerun": False, "retry_at": None}
+        )
         return started, Decision(run=True, reason=reason)
 
     def _idle_at(self, state: TriggerState) -> datetime | None:
@@ -121,10 +122,16 @@ class L1Triggers:
         """The pass stored its atoms and advanced the cursor."""
         nxt = state.warmup_threshold * 2 if state.warmup_threshold > 0 else 0
         warm = 0 if nxt >= self.config.every_n else nxt
-        state = state.model_copy(update={
-            "pending": max(0, state.pending - state.inflight), "inflight": 0, "running": False,
-            "failures": 0, "retry_at": None, "warmup_threshold": warm,
-        })
+        state = state.model_copy(
+            update={
+                "pending": max(0, state.pending - state.inflight),
+                "inflight": 0,
+                "running": False,
+                "failures": 0,
+                "retry_at": None,
+                "warmup_threshold": warm,
+            }
+        )
         if state.pending > 0 and (state.rerun or state.pending >= self.threshold(state)):
             return self._start(state, "catch_up")
         return self._wait(state)
@@ -136,8 +143,9 @@ class L1Triggers:
         delay = self.config.retry.retry_after(failures)
         if delay is None:
             # Parked: no idle wake-up until the next turn, which retries the same (still pending) messages.
-            parked = base.model_copy(update={"failures": 0, "retry_at": None, "last_turn_at": None,
-                                             "dead_lettered": state.dead_lettered + 1})
+            parked = base.model_copy(
+                update={"failures": 0, "retry_at": None, "last_turn_at": None, "dead_lettered": state.dead_lettered + 1}
+            )
             return parked, Decision(dead_letter=reason)
         retry = base.model_copy(update={"failures": failures, "retry_at": now + timedelta(seconds=delay)})
         return self._wait(retry)

@@ -68,8 +68,9 @@ def plan_windows(
 
     def cut() -> None:
         nonlocal new, consumed
-        windows.append(Window(new=new, background=seen[-background:] if background else [], done=dict(done),
-                              consumed=consumed))
+        windows.append(
+            Window(new=new, background=seen[-background:] if background else [], done=dict(done), consumed=consumed)
+        )
         seen.extend(new)
         new, consumed = [], 0
 

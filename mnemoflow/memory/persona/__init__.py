@@ -1,2 +1,1 @@
-"""L3: ``persona.md``, written from the scenes, and when to write it again.
-"""
+"""L3: ``persona.md``, written from the scenes, and when to write it again."""

@@ -72,8 +72,12 @@ def render_navigation(scenes: dict[str, SceneBlock], prefix: str = "scenes/") ->
     for b in live:
         updated = format_ts(b.updated) if b.updated else "?"
         flames = " " + _flames(b.heat) if b.heat >= 50 else ""
-        lines += ["", f"### Path: {prefix}{b.filename}", f"heat: {b.heat}{flames} | updated: {updated}",
-                  f"Summary: {b.summary}"]  # fmt: skip
+        lines += [
+            "",
+            f"### Path: {prefix}{b.filename}",
+            f"heat: {b.heat}{flames} | updated: {updated}",
+            f"Summary: {b.summary}",
+        ]
     lines += ["", "*heat: how often the scene was updated or merged; updated: last change (UTC).*"]
     return "\n".join(lines)
 
@@ -151,9 +155,16 @@ class PersonaOutcome:
     changed: tuple[str, ...] = ()
 
 
-async def generate_persona(persona: PersonaStore, scenes: SceneStore, engine: PersonaEngine, state: PersonaState,
-                           *, now: datetime, every_n: int = 50,
-                           rewrite: str | None = None) -> tuple[PersonaState, PersonaOutcome]:  # fmt: skip
+async def generate_persona(
+    persona: PersonaStore,
+    scenes: SceneStore,
+    engine: PersonaEngine,
+    state: PersonaState,
+    *,
+    now: datetime,
+    every_n: int = 50,
+    rewrite: str | None = None,
+) -> tuple[PersonaState, PersonaOutcome]:
     """Evaluate the triggers and, if one fires and a scene changed, write a new persona. Returns the new state;
     persist it only after this returns (an exception leaves the old state, so the next run retries).
 
@@ -167,11 +178,18 @@ async def generate_persona(persona: PersonaStore, scenes: SceneStore, engine: Pe
     changed = changed_scenes(live, state.last_persona_time if current else None)
     if not changed and current:
         return after_skip(state), PersonaOutcome("skipped", f"{reason}; no scene changed")
-    ctx = PersonaContext(scenes=sorted(live.values(), key=lambda b: (-b.heat, b.filename)), changed=changed,
-                         current=current, mode="incremental" if current else "first", reason=reason,
-                         total_memories=state.total_processed, now=now)  # fmt: skip
+    ctx = PersonaContext(
+        scenes=sorted(live.values(), key=lambda b: (-b.heat, b.filename)),
+        changed=changed,
+        current=current,
+        mode="incremental" if current else "first",
+        reason=reason,
+        total_memories=state.total_processed,
+        now=now,
+    )
     body = await engine.write(ctx)
     text = persona.write(body, live)
     log.info("persona %s: %s (%s), %d chars", persona.paths.persona, ctx.mode, reason, len(strip_navigation(text)))
-    return after_generation(state, now), PersonaOutcome("generated", reason, len(strip_navigation(text)),
-                                                         tuple(b.filename for b in changed))  # fmt: skip
+    return after_generation(state, now), PersonaOutcome(
+        "generated", reason, len(strip_navigation(text)), tuple(b.filename for b in changed)
+    )

@@ -36,8 +36,10 @@ def _topics(scenes: list[SceneBlock], k: int = 3) -> dict[str, str]:
     """Each scene's salient terms against all the user's scenes; the file name's words when it has none."""
     texts = {b.filename: [i.content for i in parse_items(b.body)] or [b.summary] for b in scenes}
     background = [t for ts in texts.values() for t in ts]
-    return {name: ", ".join(salient_terms(ts, background, k)) or name.removesuffix(".md").replace("-", " ")
-            for name, ts in texts.items()}  # fmt: skip
+    return {
+        name: ", ".join(salient_terms(ts, background, k)) or name.removesuffix(".md").replace("-", " ")
+        for name, ts in texts.items()
+    }
 
 
 def _archetype(topics: dict[str, str], k: int = 5) -> str:

@@ -36,16 +36,19 @@ class PersonaState(BaseModel):
 
 def after_scene_pass(state: PersonaState, *, atoms: int, applied: bool, reason: str | None) -> PersonaState:
     """Count an L2 pass (``atoms`` consumed) and keep the model's persona-update request, if any."""
-    return state.model_copy(update={
-        "scenes_processed": state.scenes_processed + (1 if applied else 0),
-        "total_processed": state.total_processed + atoms,
-        "memories_since_last_persona": state.memories_since_last_persona + atoms,
-        "request_reason": reason or state.request_reason,
-    })  # fmt: skip
+    return state.model_copy(
+        update={
+            "scenes_processed": state.scenes_processed + (1 if applied else 0),
+            "total_processed": state.total_processed + atoms,
+            "memories_since_last_persona": state.memories_since_last_persona + atoms,
+            "request_reason": reason or state.request_reason,
+        }
+    )
 
 
-def persona_trigger(state: PersonaState, *, scene_count: int, persona_exists: bool,
-                    every_n: int = EVERY_N) -> str | None:  # fmt: skip
+def persona_trigger(
+    state: PersonaState, *, scene_count: int, persona_exists: bool, every_n: int = EVERY_N
+) -> str | None:
     """The reason to generate now, highest priority first, or None."""
     if scene_count == 0:
         return None
@@ -71,10 +74,15 @@ def changed_scenes(scenes: dict[str, SceneBlock], since: datetime | None) -> lis
 
 
 def after_generation(state: PersonaState, now: datetime) -> PersonaState:
-    return state.model_copy(update={
-        "last_persona_at": state.total_processed, "last_persona_time": now,
-        "memories_since_last_persona": 0, "request_reason": None, "rewrite_pending": False,
-    })  # fmt: skip
+    return state.model_copy(
+        update={
+            "last_persona_at": state.total_processed,
+            "last_persona_time": now,
+            "memories_since_last_persona": 0,
+            "request_reason": None,
+            "rewrite_pending": False,
+        }
+    )
 
 
 def after_skip(state: PersonaState) -> PersonaState:

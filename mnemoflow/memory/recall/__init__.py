@@ -1,2 +1,1 @@
-"""Recall: what goes before a turn (atoms, persona, scene navigation), the agent tools and drill-down.
-"""
+"""Recall: what goes before a turn (atoms, persona, scene navigation), the agent tools and drill-down."""

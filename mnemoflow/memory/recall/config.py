@@ -41,14 +41,20 @@ RECIPES: dict[str, RecallConfig] = {
 }
 
 
-def search_hits(store: VectorStore, tenant: str, user: str, query: str, vector: Sequence[float] | None,
-                config: RecallConfig, k: int | None = None) -> list[Hit]:
+def search_hits(
+    store: VectorStore,
+    tenant: str,
+    user: str,
+    query: str,
+    vector: Sequence[float] | None,
+    config: RecallConfig,
+    k: int | None = None,
+) -> list[Hit]:
     """Run the configured retrievers for one user and return fused hits, best first."""
     k = k or config.k
-    use_bm25, use_vec = "bm25" in config.methods, "vector" in config.methods and vector is not None
-    if use_bm25 and use_vec:
-        return store.search(tenant, user, query, vector, k, config.types)  # type: ignore[arg-type]
-    if use_vec:
-        hits = store.dense_search(tenant, user, vector, k, config.types)  # type: ignore[arg-type]
+    if vector is not None and "vector" in config.methods:
+        if "bm25" in config.methods:
+            return store.search(tenant, user, query, vector, k, config.types)
+        hits = store.dense_search(tenant, user, vector, k, config.types)
         return [h for h in hits if h.score >= config.min_vector_score]
     return store.bm25_search(tenant, user, query, k, config.types)

@@ -37,7 +37,8 @@ def memory_line(row: AtomRow, max_chars: int, tools: ToolNames = ToolNames()) ->
 
 def fit(lines: list[str], budget: int) -> list[str]:
     """Keep lines while they fit ``budget`` (newlines counted); a line is cut only if ≥ 40 chars remain."""
-    out, used = [], 0
+    out: list[str] = []
+    used = 0
     for line in lines:
         cost = len(line) + (1 if out else 0)
         if used + cost <= budget:
@@ -58,10 +59,12 @@ def prepend_context(lines: list[str]) -> str:
 
 
 def tools_guide(tools: ToolNames) -> str:
-    return (f"When the injected memories are not enough, call {tools.memory} for structured memories "
-            f"(preferences, events, rules), {tools.conversation} for the original wording and timelines, and "
-            f"{tools.scene} on a navigation entry for a whole scene. These tools share a budget of "
-            f"{tools.calls_per_turn} calls per turn; after that, answer from what you know.")
+    return (
+        f"When the injected memories are not enough, call {tools.memory} for structured memories "
+        f"(preferences, events, rules), {tools.conversation} for the original wording and timelines, and "
+        f"{tools.scene} on a navigation entry for a whole scene. These tools share a budget of "
+        f"{tools.calls_per_turn} calls per turn; after that, answer from what you know."
+    )
 
 
 def system_context(persona: str, navigation: str, tools: ToolNames, anything_else: bool) -> str:

@@ -44,8 +44,16 @@ class RecallHit(BaseModel):
     @classmethod
     def of(cls, h: Hit) -> RecallHit:
         r = h.row
-        return cls(id=h.id, score=h.score, type=r.type, priority=r.priority, text=r.text,
-                   source_message_ids=list(r.source_message_ids), dense_rank=h.dense_rank, bm25_rank=h.bm25_rank)
+        return cls(
+            id=h.id,
+            score=h.score,
+            type=r.type,
+            priority=r.priority,
+            text=r.text,
+            source_message_ids=list(r.source_message_ids),
+            dense_rank=h.dense_rank,
+            bm25_rank=h.bm25_rank,
+        )
 
 
 class RecallResult(BaseModel):
@@ -72,9 +80,16 @@ class DrillDown:
 
 
 class Recaller:
-    def __init__(self, *, store: VectorStore, embedder: Embedder, files: FileStore,
-                 context: ContextSource | None = None, config: RecallConfig | None = None,
-                 tools: ToolNames | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        store: VectorStore,
+        embedder: Embedder,
+        files: FileStore,
+        context: ContextSource | None = None,
+        config: RecallConfig | None = None,
+        tools: ToolNames | None = None,
+    ) -> None:
         self._store, self._embedder, self._files = store, embedder, files
         self._context = context or FileContextSource(files)
         self.config = config or RecallConfig()
@@ -85,8 +100,15 @@ class Recaller:
         """The atom index this recaller searches (``/health`` probes it)."""
         return self._store
 
-    def hits(self, tenant: str, user: str, query: str, vector: Sequence[float] | None = None,
-             config: RecallConfig | None = None, k: int | None = None) -> list[Hit]:
+    def hits(
+        self,
+        tenant: str,
+        user: str,
+        query: str,
+        vector: Sequence[float] | None = None,
+        config: RecallConfig | None = None,
+        k: int | None = None,
+    ) -> list[Hit]:
         """The search alone; embeds the query unless ``vector`` is given (the bench times it without)."""
         cfg = config or self.config
         if len(query.strip()) < cfg.min_query_chars:
@@ -95,19 +117,36 @@ class Recaller:
             vector = self._embedder.embed_query([query])[0]
         return search_hits(self._store, tenant, user, query, vector, cfg, k)
 
-    def render(self, tenant: str, user: str, hits: list[Hit], config: RecallConfig | None = None,
-               timed_out: bool = False, elapsed_ms: float = 0.0) -> RecallResult:
+    def render(
+        self,
+        tenant: str,
+        user: str,
+        hits: list[Hit],
+        config: RecallConfig | None = None,
+        timed_out: bool = False,
+        elapsed_ms: float = 0.0,
+    ) -> RecallResult:
         cfg = config or self.config
         lines = fit([memory_line(h.row, cfg.max_line_chars, self.tools) for h in hits], cfg.max_prepend_chars)
         persona = clip(self._context.persona(tenant, user), cfg.max_persona_chars)
         nav = clip(self._context.navigation(tenant, user), cfg.max_navigation_chars)
-        return RecallResult(prepend_context=prepend_context(lines),
-                            system_context=system_context(persona, nav, self.tools, bool(lines)),
-                            hits=[RecallHit.of(h) for h in hits[: len(lines)]], persona=persona,
-                            timed_out=timed_out, elapsed_ms=elapsed_ms)
+        return RecallResult(
+            prepend_context=prepend_context(lines),
+            system_context=system_context(persona, nav, self.tools, bool(lines)),
+            hits=[RecallHit.of(h) for h in hits[: len(lines)]],
+            persona=persona,
+            timed_out=timed_out,
+            elapsed_ms=elapsed_ms,
+        )
 
-    def recall_sync(self, tenant: str, user: str, query: str, vector: Sequence[float] | None = None,
-                    config: RecallConfig | None = None) -> RecallResult:
+    def recall_sync(
+        self,
+        tenant: str,
+        user: str,
+        query: str,
+        vector: Sequence[float] | None = None,
+        config: RecallConfig | None = None,
+    ) -> RecallResult:
         """Search and render without a timeout (tests, benchmarks, callers with their own deadline)."""
         start = time.perf_counter()
         hits = self.hits(tenant, user, query, vector, config)
@@ -117,27 +156,30 @@ class Recaller:
         cfg = config or self.config
         start = time.perf_counter()
         try:
-            hits = await asyncio.wait_for(asyncio.to_thread(self.hits, tenant, user, query, None, cfg),
-                                          cfg.timeout_s)
+            hits = await asyncio.wait_for(asyncio.to_thread(self.hits, tenant, user, query, None, cfg), cfg.timeout_s)
             timed_out = False
         except TimeoutError:
             hits, timed_out = [], True
         return self.render(tenant, user, hits, cfg, timed_out, (time.perf_counter() - start) * 1000)
 
-    def memory_search(self, tenant: str, user: str, query: str, limit: int = 5,
-                      type: AtomType | None = None) -> list[RecallHit]:
+    def memory_search(
+        self, tenant: str, user: str, query: str, limit: int = 5, type: AtomType | None = None
+    ) -> list[RecallHit]:
         """The agent tool: limit clamped to 1..20; the type filter runs inside the store query, not after."""
         cfg = self.config.model_copy(update={"types": (type,) if type else None})
         return [RecallHit.of(h) for h in self.hits(tenant, user, query, None, cfg, max(1, min(limit, 20)))]
 
-    def conversation_search(self, tenant: str, user: str, query: str, limit: int = 5,
-                            session: str | None = None) -> list[ConversationHit]:
+    def conversation_search(
+        self, tenant: str, user: str, query: str, limit: int = 5, session: str | None = None
+    ) -> list[ConversationHit]:
         """The agent tool over raw L0 of this user: BM25 on the fly (L0 is not in the vector index), with the
         same lexical terms as the atom index, so Chinese words match inside unsegmented sentences."""
-        msgs = [m for m in read_l0(self._files, tenant, user, limit=10**7)
-                if session is None or m.session == session]
-        scored = [ConversationHit(m, s) for m, s in zip(msgs, bm25_scores(query, [m.content for m in msgs]),
-                                                         strict=True) if s > 0]
+        msgs = [m for m in read_l0(self._files, tenant, user, limit=10**7) if session is None or m.session == session]
+        scored = [
+            ConversationHit(m, s)
+            for m, s in zip(msgs, bm25_scores(query, [m.content for m in msgs]), strict=True)
+            if s > 0
+        ]
         scored.sort(key=lambda h: -h.score)
         return scored[: max(1, min(limit, 20))]
 

@@ -25,9 +25,12 @@ from mnemoflow.memory.scenes.text import parse_items, render_items
 def forgotten(records: Sequence[L1Record]) -> set[str]:
     """Atoms the user removed: deleted ones, and versions replaced by a manual edit."""
     by_id = {r.id: r for r in records}
-    return {r.id for r in records
-            if r.deleted_at is not None
-            or (r.superseded_by is not None and getattr(by_id.get(r.superseded_by), "origin", "") == "manual")}
+    return {
+        r.id
+        for r in records
+        if r.deleted_at is not None
+        or (r.superseded_by is not None and getattr(by_id.get(r.superseded_by), "origin", "") == "manual")
+    }
 
 
 def _without(block: SceneBlock, gone: set[str], now: datetime, background: list[str]) -> SceneBlock:
@@ -48,7 +51,10 @@ def forget_in_scenes(store: SceneStore, records: Sequence[L1Record], now: dateti
     if not gone:
         return []
     background = [r.content for r in records if r.live]
-    writes = {name: _without(block, gone, now, background) for name, block in store.load().items()
-              if gone & set(block.atom_ids) or any(i.id in gone for i in parse_items(block.body))}  # fmt: skip
+    writes = {
+        name: _without(block, gone, now, background)
+        for name, block in store.load().items()
+        if gone & set(block.atom_ids) or any(i.id in gone for i in parse_items(block.body))
+    }
     store.commit(writes, f"forget-{now.isoformat()}")
     return sorted(writes)

@@ -60,8 +60,10 @@ def summarise(items: list[Item], words: list[str]) -> str:
     items' event days."""
     days = sorted(i.day for i in items)
     latest = max(items, key=lambda i: (i.day, i.id)).content
-    return (f"{len(items)} memories about {', '.join(words) or 'various things'} "
-            f"({days[0]} to {days[-1]}); latest: {latest[:160]}")  # fmt: skip
+    return (
+        f"{len(items)} memories about {', '.join(words) or 'various things'} "
+        f"({days[0]} to {days[-1]}); latest: {latest[:160]}"
+    )
 
 
 def _short(terms: list[str], max_words: int = NAME_WORDS) -> list[str]:
@@ -80,15 +82,22 @@ class HeuristicSceneEngine:
     name = "heuristic"
     rejection_retries = 0
 
-    def __init__(self, embedder: Embedder, *, join_threshold: float = 0.45, cluster_threshold: float = 0.45,
-                 min_new: int = 2) -> None:  # fmt: skip
+    def __init__(
+        self, embedder: Embedder, *, join_threshold: float = 0.45, cluster_threshold: float = 0.45, min_new: int = 2
+    ) -> None:
         self.embedder = embedder
         self.join_threshold = join_threshold
         self.cluster_threshold = cluster_threshold
         self.min_new = min_new
 
-    async def plan(self, scenes: dict[str, SceneBlock], atoms: list[SceneInput], now: datetime,
-                   policy: ScenePolicy, feedback: str | None = None) -> ScenePlan:  # fmt: skip
+    async def plan(
+        self,
+        scenes: dict[str, SceneBlock],
+        atoms: list[SceneInput],
+        now: datetime,
+        policy: ScenePolicy,
+        feedback: str | None = None,
+    ) -> ScenePlan:
         """Pure computation, no I/O; ``async`` only to share the protocol with the model engine."""
         return self.plan_now(scenes, atoms, policy)
 
@@ -185,8 +194,11 @@ class HeuristicSceneEngine:
             ids = [i.id for i in g.new]
             if g.sources:
                 keep = max(g.sources, key=lambda n: (scenes[n].heat, n))
-                edits.append(SceneEdit(action="merge", filename=keep, sources=g.sources, summary=summary,
-                                       body=body, atom_ids=ids))  # fmt: skip
+                edits.append(
+                    SceneEdit(
+                        action="merge", filename=keep, sources=g.sources, summary=summary, body=body, atom_ids=ids
+                    )
+                )
             elif g.name is None:
                 name = "-".join(_short(words)) or "scene"
                 edits.append(SceneEdit(action="create", filename=name, summary=summary, body=body, atom_ids=ids))

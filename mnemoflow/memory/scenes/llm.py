@@ -21,8 +21,10 @@ from mnemoflow.prompts.scenes import SceneContext, SceneReply, build_scene_messa
 def editable_scenes(scenes: dict[str, SceneBlock], atoms: list[SceneInput], k: int, max_scenes: int) -> list[str]:
     """Up to ``k`` scene names by shared words with the atoms; at or near capacity the two coldest are added."""
     atom_words = {w for a in atoms for w in content_words(a.content)}
-    scored = sorted(scenes.values(), key=lambda b: (-len(atom_words & set(content_words(b.summary + " " + b.body))),
-                                                     -b.heat, b.filename))  # fmt: skip
+    scored = sorted(
+        scenes.values(),
+        key=lambda b: (-len(atom_words & set(content_words(b.summary + " " + b.body))), -b.heat, b.filename),
+    )
     chosen = [b.filename for b in scored[:k]]
     if len(scenes) >= max_scenes - 1:
         coldest = sorted(scenes.values(), key=lambda b: (b.heat, b.filename))[:2]
@@ -42,20 +44,35 @@ class LLMSceneEngine:
         self.max_tokens = max_tokens
         self.language = language
 
-    async def plan(self, scenes: dict[str, SceneBlock], atoms: list[SceneInput], now: datetime,
-                   policy: ScenePolicy, feedback: str | None = None) -> ScenePlan:  # fmt: skip
+    async def plan(
+        self,
+        scenes: dict[str, SceneBlock],
+        atoms: list[SceneInput],
+        now: datetime,
+        policy: ScenePolicy,
+        feedback: str | None = None,
+    ) -> ScenePlan:
         editable = editable_scenes(scenes, atoms, self.editable, policy.max_scenes)
-        ctx = SceneContext(atoms=atoms, scenes=scenes, editable=editable, now=now, max_scenes=policy.max_scenes,
-                           max_creates=policy.max_creates, feedback=feedback,
-                           **({"language": self.language} if self.language else {}))  # fmt: skip
-        reply = await self.llm.complete(build_scene_messages(ctx), SceneReply, max_tokens=self.max_tokens,
-                                        stage="l2_scenes")  # fmt: skip
+        ctx = SceneContext(
+            atoms=atoms,
+            scenes=scenes,
+            editable=editable,
+            now=now,
+            max_scenes=policy.max_scenes,
+            max_creates=policy.max_creates,
+            feedback=feedback,
+            **({"language": self.language} if self.language else {}),
+        )
+        reply = await self.llm.complete(
+            build_scene_messages(ctx), SceneReply, max_tokens=self.max_tokens, stage="l2_scenes"
+        )
         hidden = [
             f"{edit.filename}: {edit.action} names {name}, which is not among the editable scenes {editable}"
-            for edit in reply.edits if edit.action in ("update", "merge", "delete")
+            for edit in reply.edits
+            if edit.action in ("update", "merge", "delete")
             for name in ([edit.filename] if edit.action != "merge" else edit.sources)
             if name in scenes and name not in editable
-        ]  # fmt: skip
+        ]
         if hidden:
             raise ScenePlanRejected(hidden)
         return ScenePlan(edits=reply.edits, persona_update_reason=reply.persona_update_reason)

@@ -32,8 +32,14 @@ class SceneEngine(Protocol):
     rejection_retries: int
     """How often a refused plan is asked again with the reasons (a model can fix it; the heuristic cannot)."""
 
-    async def plan(self, scenes: dict[str, SceneBlock], atoms: list[SceneInput], now: datetime,
-                   policy: ScenePolicy, feedback: str | None = None) -> ScenePlan: ...  # fmt: skip
+    async def plan(
+        self,
+        scenes: dict[str, SceneBlock],
+        atoms: list[SceneInput],
+        now: datetime,
+        policy: ScenePolicy,
+        feedback: str | None = None,
+    ) -> ScenePlan: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +83,14 @@ class ScenePassReport:
         return next((o.persona_update_reason for o in reversed(self.outcomes) if o.persona_update_reason), None)
 
 
-async def run_scene_pass(store: SceneStore, engine: SceneEngine, atoms: list[SceneInput], *, now: datetime,
-                         policy: ScenePolicy = DEFAULT_POLICY) -> ScenePassOutcome:  # fmt: skip
+async def run_scene_pass(
+    store: SceneStore,
+    engine: SceneEngine,
+    atoms: list[SceneInput],
+    *,
+    now: datetime,
+    policy: ScenePolicy = DEFAULT_POLICY,
+) -> ScenePassOutcome:
     """Run one pass over ``atoms``. Raises (with nothing written) on a refused plan, a model or storage error."""
     store.recover()
     if not atoms:
@@ -102,11 +114,17 @@ async def run_scene_pass(store: SceneStore, engine: SceneEngine, atoms: list[Sce
     store.commit(result.writes, pass_id)
     placed = {i for block in result.writes.values() for i in block.atom_ids}
     return ScenePassOutcome(
-        status="applied", pass_id=pass_id, created=tuple(result.created), updated=tuple(result.updated),
-        merged=tuple(result.merged), deleted=tuple(result.deleted), atoms=len(atoms),
-        unplaced=tuple(a.id for a in atoms if a.id not in placed), cursor=max(a.ts for a in atoms),
+        status="applied",
+        pass_id=pass_id,
+        created=tuple(result.created),
+        updated=tuple(result.updated),
+        merged=tuple(result.merged),
+        deleted=tuple(result.deleted),
+        atoms=len(atoms),
+        unplaced=tuple(a.id for a in atoms if a.id not in placed),
+        cursor=max(a.ts for a in atoms),
         persona_update_reason=plan.persona_update_reason,
-    )  # fmt: skip
+    )
 
 
 def windows(atoms: list[SceneInput], batch_size: int) -> list[list[SceneInput]]:
@@ -121,9 +139,15 @@ def windows(atoms: list[SceneInput], batch_size: int) -> list[list[SceneInput]]:
     return out
 
 
-async def run_scene_passes(store: SceneStore, engine: SceneEngine, atoms: list[SceneInput], *,
-                           now: Callable[[], datetime], policy: ScenePolicy = DEFAULT_POLICY,
-                           batch_size: int = 20) -> ScenePassReport:  # fmt: skip
+async def run_scene_passes(
+    store: SceneStore,
+    engine: SceneEngine,
+    atoms: list[SceneInput],
+    *,
+    now: Callable[[], datetime],
+    policy: ScenePolicy = DEFAULT_POLICY,
+    batch_size: int = 20,
+) -> ScenePassReport:
     """All of ``atoms`` (those newer than the caller's cursor) in windows; stops at the first failure."""
     if not atoms:
         return ScenePassReport(outcomes=(ScenePassOutcome(status="skipped"),))

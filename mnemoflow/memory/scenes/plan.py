@@ -137,8 +137,9 @@ def apply_plan(
             name = normalize_filename(edit.filename, taken)
             taken.add(name)
             claim(name)
-            result.writes[name] = SceneBlock(name, _summary(edit), edit.body.strip(), 1, now, now,
-                                             tuple(dict.fromkeys(edit.atom_ids)))
+            result.writes[name] = SceneBlock(
+                name, _summary(edit), edit.body.strip(), 1, now, now, tuple(dict.fromkeys(edit.atom_ids))
+            )
             result.created.append(name)
             continue
         if edit.action in ("update", "delete"):
@@ -153,8 +154,9 @@ def apply_plan(
                 result.deleted.append(old.filename)
             elif content_ok(edit):
                 ids = tuple(dict.fromkeys([*old.atom_ids, *edit.atom_ids]))
-                result.writes[old.filename] = SceneBlock(old.filename, _summary(edit), edit.body.strip(),
-                                                         old.heat + 1, old.created or now, now, ids)
+                result.writes[old.filename] = SceneBlock(
+                    old.filename, _summary(edit), edit.body.strip(), old.heat + 1, old.created or now, now, ids
+                )
                 result.updated.append(old.filename)
             continue
         # merge
@@ -174,8 +176,9 @@ def apply_plan(
         blocks = [live[s] for s in sources]
         ids = tuple(dict.fromkeys([a for b in blocks for a in b.atom_ids] + list(edit.atom_ids)))
         created = min((b.created for b in blocks if b.created), default=now)
-        result.writes[name] = SceneBlock(name, _summary(edit), edit.body.strip(),
-                                         sum(b.heat for b in blocks) + 1, created, now, ids)
+        result.writes[name] = SceneBlock(
+            name, _summary(edit), edit.body.strip(), sum(b.heat for b in blocks) + 1, created, now, ids
+        )
         result.merged.append(name)
         for src in sources:
             if src != name:

@@ -118,8 +118,12 @@ def scene_index(blocks: dict[str, SceneBlock]) -> list[dict[str, object]]:
     """The spec's ``scene_index.json`` rows, hottest first: filename, summary, heat, created, updated."""
     rows = sorted(blocks.values(), key=lambda b: (-b.heat, b.filename))
     return [
-        {"filename": b.filename, "summary": b.summary, "heat": b.heat,
-         "created": format_ts(b.created) if b.created else None,
-         "updated": format_ts(b.updated) if b.updated else None}
+        {
+            "filename": b.filename,
+            "summary": b.summary,
+            "heat": b.heat,
+            "created": format_ts(b.created) if b.created else None,
+            "updated": format_ts(b.updated) if b.updated else None,
+        }
         for b in rows
-    ]  # fmt: skip
+    ]
