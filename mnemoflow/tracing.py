@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
     from mnemoflow.config import Settings
 
@@ -246,15 +246,13 @@ def setup_tracing(settings: Settings, plane: Plane) -> Tracing | None:
     return export.start(plane) if export is not None else None
 
 
-class SpanFileExporter:
+class SpanFileExporter(SpanExporter):
     """Appends finished spans as JSON lines (one file per process, so processes never interleave a line)."""
 
     def __init__(self, folder: Path, plane: str) -> None:
         self.path = Path(folder) / f"{plane}-{os.getpid()}.jsonl"
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        from opentelemetry.sdk.trace.export import SpanExportResult
-
         lines = "".join(json.dumps(span_record(s), separators=(",", ":")) + "\n" for s in spans)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as out:
