@@ -221,6 +221,47 @@ def test_the_span_folder_exporter_writes_one_json_line_per_span(tmp_path: Path) 
     assert isinstance(SpanFileExporter(tmp_path, "api").path, Path)
 
 
+def test_an_endpoint_exports_spans_by_otlp_http_to_v1_traces(tmp_path: Path) -> None:
+    """A collector stand-in on loopback gets the protobuf request OTLP/HTTP sends, once the batch is flushed."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    received: list[tuple[str, str, bytes]] = []
+
+    class Collector(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append((self.path, self.headers["Content-Type"], body))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        tracing = setup_tracing(Settings(data_dir=tmp_path, otel_endpoint=endpoint), "extractor")
+        assert tracing is not None
+        with tracing.span("mnemoflow.extractor.l1_pass", attributes={"mnemoflow.l1.stored": 2}):
+            pass
+        tracing.shutdown()  # flushes the batch processor
+    finally:
+        server.shutdown()
+    [(path, content_type, body)] = received
+    assert (path, content_type) == ("/v1/traces", "application/x-protobuf")
+    request = ExportTraceServiceRequest.FromString(body)
+    [resource_spans] = request.resource_spans
+    service = {a.key: a.value.string_value for a in resource_spans.resource.attributes}["service.name"]
+    [span] = [span for scope in resource_spans.scope_spans for span in scope.spans]
+    assert (service, span.name) == ("mnemoflow-extractor", "mnemoflow.extractor.l1_pass")
+
+
 def _clock() -> Any:
     from datetime import UTC, datetime
 
