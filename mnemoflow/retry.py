@@ -41,7 +41,7 @@ class RetryPolicy(BaseModel):
         """Seconds to wait after ``failures`` failures in a row before the next try; None: park it now."""
         if failures >= self.attempts:
             return None
-        return min(self.base_delay * 2 ** (failures - 1), self.max_delay)
+        return min(self.base_delay * 2.0 ** (failures - 1), self.max_delay)
 
     async def call(self, fn: Callable[[], Awaitable[T]], what: str, sleep: Sleep) -> T:
         """``await fn()`` until it succeeds; after the last failed try raise :class:`RetriesExhausted`."""

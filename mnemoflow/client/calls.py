@@ -68,9 +68,9 @@ def _seg(value: str) -> str:
     return check_id(value)
 
 
-def batches(items: Sequence[TurnIn | ToolResultIn], batch: int, max_chars: int = MAX_BATCH_CHARS) -> list[list]:
+def batches(items: Sequence[TurnIn | ToolResultIn], batch: int, max_chars: int = MAX_BATCH_CHARS) -> list[list[Any]]:
     """Consecutive runs of one kind, cut at ``batch`` items or about ``max_chars`` of content (the body limit)."""
-    out: list[list] = []
+    out: list[list[Any]] = []  # each inner list holds one kind (turns or tool results)
     chars = 0
     for item in items:
         full = bool(out) and (len(out[-1]) >= batch or chars + len(item.content) > max_chars)

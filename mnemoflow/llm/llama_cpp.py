@@ -31,12 +31,13 @@ class LlamaCppEngine(StructuredEngine):
         self._lock = asyncio.Lock()
 
     def _complete(self, request: StructuredRequest) -> dict[str, Any]:
-        return self._llm.create_chat_completion(
+        reply: dict[str, Any] = self._llm.create_chat_completion(
             messages=[m.model_dump() for m in request.messages],
             max_tokens=request.max_tokens,
             temperature=request.temperature,
             response_format={"type": "json_object", "schema": request.schema},
         )
+        return reply
 
     async def _send(self, request: StructuredRequest) -> RawReply:
         async with self._lock:

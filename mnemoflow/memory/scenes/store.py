@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 from mnemoflow.errors import InvalidInput, StorageError
 from mnemoflow.memory.scenes.model import SceneBlock, format_ts, parse_scene, render_scene
@@ -100,7 +101,7 @@ class SceneStore:
             restored = text if text is not None else _TOMBSTONE
             self.files.write_atomic(self.paths.scene(name, self.files), restored.encode())
 
-    def _read_journal(self) -> dict | None:
+    def _read_journal(self) -> dict[str, Any] | None:
         data = self.files.read_bytes(self.paths.journal)
         if data is None:
             return None
@@ -110,7 +111,7 @@ class SceneStore:
             raise StorageError(f"unreadable scene journal {self.paths.journal}: {exc}") from exc
         return journal if isinstance(journal, dict) else None
 
-    def _write_journal(self, journal: dict) -> None:
+    def _write_journal(self, journal: dict[str, Any]) -> None:
         self.files.write_atomic(self.paths.journal, json.dumps(journal).encode())
 
 
