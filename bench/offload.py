@@ -30,10 +30,9 @@ from pathlib import Path
 from mnemoflow.offload.canvas import validate_mermaid
 from mnemoflow.offload.config import OffloadConfig
 from mnemoflow.offload.entries import OffloadWriter, read_ref
-from mnemoflow.offload.messages import last_user, system_prefix, units
+from mnemoflow.offload.messages import ToolPair, last_user, system_prefix, units
 from mnemoflow.offload.session import compact_session
 from mnemoflow.offload.summarize import heuristic_summary
-from mnemoflow.prompts.offload_summary import ToolPair
 from mnemoflow.storage import Layout, LocalFileStore
 from mnemoflow.testing import ManualClock
 from mnemoflow.tokens import message_tokens

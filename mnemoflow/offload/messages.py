@@ -116,3 +116,13 @@ def fingerprint(message: Message) -> str:
         default=str,
     )
     return hashlib.sha256(body.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPair:
+    """One tool call with its result, as summarisation sees it (arguments as the call's JSON text)."""
+
+    tool_call_id: str
+    tool_name: str
+    arguments: str
+    result: str

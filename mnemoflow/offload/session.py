@@ -20,14 +20,13 @@ from mnemoflow.offload.compact import CompactContext, CompactResult, check_windo
 from mnemoflow.offload.config import OffloadConfig
 from mnemoflow.offload.entries import OffloadEntry, OffloadWriter, read_ref
 from mnemoflow.offload.injector import CanvasText
-from mnemoflow.offload.messages import Message, call_ids, fingerprint, last_user, validate
+from mnemoflow.offload.messages import Message, ToolPair, call_ids, fingerprint, last_user, validate
 from mnemoflow.offload.reclaim import EntryInfo
 from mnemoflow.offload.session_state import SessionState, advance, load_state, save_state
 from mnemoflow.offload.summarize import heuristic_summary, llm_summaries
 from mnemoflow.ports import FileStore
 from mnemoflow.ports.clock import Clock
 from mnemoflow.ports.llm import LLM
-from mnemoflow.prompts.offload_summary import ToolPair
 from mnemoflow.storage import Layout
 
 

@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mnemoflow.offload.config import OffloadConfig
+from mnemoflow.offload.messages import ToolPair
 from mnemoflow.ports.llm import LLM
 from mnemoflow.prompts import offload_summary
-from mnemoflow.prompts.offload_summary import SummaryReply, ToolPair
+from mnemoflow.prompts.offload_summary import SummaryReply
 from mnemoflow.tokens import estimate_tokens
 
 _ERROR_RE = re.compile(r"error|exception|traceback|failed|failure|fatal|denied|not found|no such|assert", re.I)

@@ -6,22 +6,13 @@ Pure: ``context -> list[ChatMessage]``. The reply model bounds every list and st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from pydantic import BaseModel, ConfigDict, Field
 
+from mnemoflow.offload.messages import ToolPair
 from mnemoflow.ports.llm import ChatMessage
 
 VERSION = "offload_summary/1"
 PARAMS_CHARS, RESULT_CHARS, INTENT_CHARS = 500, 2000, 500
-
-
-@dataclass(frozen=True, slots=True)
-class ToolPair:
-    tool_call_id: str
-    tool_name: str
-    arguments: str
-    result: str
 
 
 class ItemSummary(BaseModel):

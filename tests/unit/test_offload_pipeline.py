@@ -11,10 +11,11 @@ from mnemoflow.offload.canvas import validate_mermaid
 from mnemoflow.offload.canvas_update import canvas_path
 from mnemoflow.offload.config import OffloadConfig
 from mnemoflow.offload.entries import OffloadWriter
+from mnemoflow.offload.messages import ToolPair
 from mnemoflow.offload.session import compact_session
 from mnemoflow.offload.session_state import load_state
 from mnemoflow.offload.summarize import heuristic_summary, llm_summaries
-from mnemoflow.prompts.offload_summary import ItemSummary, SummaryReply, ToolPair
+from mnemoflow.prompts.offload_summary import ItemSummary, SummaryReply
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.testing import ManualClock, ScriptedLLM
 from mnemoflow.tokens import count_tokens, estimate_tokens
