@@ -116,7 +116,9 @@ def test_properties_exercise_every_level() -> None:
     """The strategy reaches mild, aggressive and emergency compaction (guards against a vacuous property)."""
     levels: set[str] = set()
 
-    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    # Derandomized: the same examples every run, so this guard cannot flake on an unlucky draw (a clean-clone run
+    # once drew 60 examples without an aggressive one).
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
     @given(chats(), st.floats(0.02, 2.0))
     def run(messages: list[dict], fraction: float) -> None:
         user = last_user(messages)
