@@ -33,7 +33,7 @@ class Eraser:
         self._tombstones = Tombstones(files)
 
     def erase_user(self, tenant: str, user: str, at: datetime, operation_id: str) -> dict[str, int]:
-        self._tombstones.put(tenant, "users", user, Tombstone(erased_at=at, operation_id=operation_id))
+        self._tombstones.put(tenant, "users", user, Tombstone(erased_at=at, operation_id=operation_id, done=False))
         sessions = sorted({m.session for m in read_l0(self._files, tenant, user, limit=10**9)})
         for session in sessions:
             files, first = self._erase_session(tenant, session, at, operation_id)
@@ -44,7 +44,7 @@ class Eraser:
         files = self._files.remove(Layout.user_dir(tenant, user))
         if self._scrub is not None:
             self._scrub()
-        return self._count(tenant, user, operation_id, files_removed=files)
+        return self._count(tenant, user, operation_id, done=True, files_removed=files)
 
     def erase_session(self, tenant: str, session: str, at: datetime, operation_id: str) -> dict[str, int]:
         files, _ = self._erase_session(tenant, session, at, operation_id)
@@ -62,7 +62,8 @@ class Eraser:
         self._tombstones.add_removed(tenant, "sessions", session, operation_id, {"files_removed": files})
         return files, first
 
-    def _count(self, tenant: str, user: str, operation_id: str, **counts: int) -> dict[str, int]:
-        """Add a finished step's counts to the user's tombstone; the totals over every try so far."""
-        total = self._tombstones.add_removed(tenant, "users", user, operation_id, counts)
+    def _count(self, tenant: str, user: str, operation_id: str, *, done: bool = False, **counts: int) -> dict[str, int]:
+        """Add a finished step's counts to the user's tombstone (``done``: the erase's last step); the totals over
+        every try so far."""
+        total = self._tombstones.add_removed(tenant, "users", user, operation_id, counts, done=done)
         return {k: total.get(k, 0) for k in _USER_COUNTS}

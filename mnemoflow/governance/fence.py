@@ -8,11 +8,12 @@ planes would make an erase wait for a model; the fence needs none.
 
 How: the curator opens a fence when an operation begins, which reads the user's tombstone. Every write through it
 first requires the user's folder to exist (the curator never creates a user: the folder comes from L0), then
-writes, then reads the tombstone again. If it changed, an erase ran meanwhile: the fence removes the derived files
-and raises :class:`UserErased`, which the curator treats as "nothing to do". Checking after the write is what
-closes the race: a write whose check saw no new tombstone happened before the erase put it, so before the erase
-removed the folder, and the erase took it. Only derived files are removed, never L0 or records: a user who came
-back after the erase keeps what they said since.
+writes, then reads the tombstone again. If it changed since the fence opened, or it belongs to an erase that has
+not finished (``Tombstone.done``), an erase ran meanwhile: the fence removes the derived files and raises
+:class:`UserErased`, which the curator treats as "nothing to do". Checking after the write is what closes the
+race: a write whose check saw neither happened before the erase put its stone, so before the erase removed the
+folder, and the erase took it. Only derived files are removed, never L0 or records: a user who came back after a
+finished erase keeps what they said since.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class ErasureFence:
             raise UserErased(f"{self._tenant}/{self._user} has no folder (erased)")
 
     def _after_write(self) -> None:
-        if self._tombstones.get(self._tenant, "users", self._user) != self._seen:
+        stone = self._tombstones.get(self._tenant, "users", self._user)
+        if stone != self._seen or (stone is not None and not stone.done):
             for path in self._derived:
                 self._files.remove(path)
             raise UserErased(f"{self._tenant}/{self._user} was erased during the operation; its writes are removed")

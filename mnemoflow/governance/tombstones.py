@@ -31,6 +31,9 @@ class Tombstone(BaseModel):
     removed: dict[str, int] = {}
     """What the erase removed so far, summed over its tries: a retry after a partial failure finds less to remove
     but still reports the whole erase."""
+    done: bool = True
+    """False from the moment an erase puts the stone until its last step: writers of derived files treat the user
+    as being erased meanwhile (a stone written before this field existed is a finished erase)."""
 
 
 def tombstone_path(tenant: str, kind: Kind, name: str) -> str:
@@ -54,15 +57,15 @@ class Tombstones:
             self._files.write_atomic(tombstone_path(tenant, kind, name), stone.model_dump_json().encode())
 
     def add_removed(
-        self, tenant: str, kind: Kind, name: str, operation_id: str, counts: dict[str, int]
+        self, tenant: str, kind: Kind, name: str, operation_id: str, counts: dict[str, int], *, done: bool = False
     ) -> dict[str, int]:
-        """Add one try's counts to the stone of ``operation_id`` and return the totals over its tries (this try's
-        alone when a later erase has replaced the stone)."""
+        """Add one try's counts to the stone of ``operation_id`` (``done``: its last step) and return the totals
+        over its tries (this try's alone when a later erase has replaced the stone)."""
         stone = self.get(tenant, kind, name)
         if stone is None or stone.operation_id != operation_id:
             return dict(counts)
         total = {k: stone.removed.get(k, 0) + counts.get(k, 0) for k in sorted(stone.removed.keys() | counts.keys())}
-        updated = stone.model_copy(update={"removed": total})
+        updated = stone.model_copy(update={"removed": total, "done": stone.done or done})
         self._files.write_atomic(tombstone_path(tenant, kind, name), updated.model_dump_json().encode())
         return total
 

@@ -183,11 +183,11 @@ class Curator:
 
     def on_activity(self, tenant: str, user: str) -> None:
         """A user turn arrived. Written at most once per ``activity_resolution`` (the rule works in hours)."""
-        files = self._fence(tenant, user)
         state, now = self.load(tenant, user), self.clock.now()
         last = state.timer.last_active
         if last is not None and now - last < self.activity_resolution:
             return
+        files = self._fence(tenant, user)  # only the timer is written: no pass's content to outlive an erase
         try:
             self._save(files, tenant, user, state.model_copy(update={"timer": sched.on_activity(state.timer, now)}))
         except UserErased:

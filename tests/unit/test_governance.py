@@ -423,3 +423,22 @@ def test_a_retried_erase_reports_what_all_its_tries_removed(stack: Stack) -> Non
     assert again["files_removed"] > 0
     assert files_holding(stack.root, ANA_MARKERS) == {}
     assert eraser.erase_user("acme", "ana", stack.clock.now(), "op-flaky") == again  # a replay changes nothing
+
+
+def test_a_fence_opened_while_an_erase_runs_does_not_write_into_it(stack: Stack) -> None:
+    """The erase has put its stone but not yet removed the folder when the curator's operation begins: the stone is
+    already the fence's baseline, so only its unfinished state tells the write to go."""
+    from mnemoflow.governance.fence import ErasureFence, UserErased
+    from mnemoflow.governance.tombstones import Tombstone, Tombstones
+    from mnemoflow.memory.scenes.paths import ScenePaths
+
+    paths = ScenePaths("acme", "ana")
+    stones = Tombstones(stack.files)
+    stones.put("acme", "users", "ana", Tombstone(erased_at=stack.clock.now(), operation_id="op-running", done=False))
+    fence = ErasureFence(stack.files, "acme", "ana", paths.derived)
+    with pytest.raises(UserErased):
+        fence.write_atomic(paths.persona, b"Ana keeps an axolotl named Zorblatt")
+    assert not (stack.root / paths.persona).exists()
+    assert read_l0(stack.files, "acme", "ana")  # the erase itself removes the rest; the fence only its own files
+    stones.add_removed("acme", "users", "ana", "op-running", {"files_removed": 0}, done=True)
+    assert stones.get("acme", "users", "ana").done  # type: ignore[union-attr]
