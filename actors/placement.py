@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,41 +26,95 @@ def shard_name(index: int) -> str:
     return f"session-shard-{index}"
 
 
-def spread_over_nodes(index: int) -> Any:
+def alive_nodes() -> list[str]:
+    return sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+
+
+def spread_over_nodes(index: int, nodes: Sequence[str]) -> Any:
     """Shard ``index`` on the ``index``-th alive node (round robin), softly: losing a node moves only its shards,
     and a shard whose node is gone restarts on another. Ray's "SPREAD" was seen to put all four shards of a
     two-node cluster on one node (zero-CPU actors), which would make that node's loss stop every session."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
     return NodeAffinitySchedulingStrategy(nodes[index % len(nodes)], soft=True) if nodes else "DEFAULT"
 
 
+def _node_of(actor: object) -> str:
+    """Runs inside an actor (through ``__ray_call__``): the node it lives on."""
+    return str(ray.get_runtime_context().get_node_id())
+
+
+def _exists(name: str, namespace: str) -> bool:
+    try:
+        ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        return False
+    return True
+
+
 def build_shards(
-    settings: Settings, lifetime: str | None = None, llm_factory: Callable[[], Any] | None = None
+    settings: Settings,
+    lifetime: str | None = None,
+    llm_factory: Callable[[], Any] | None = None,
+    *,
+    placement_timeout: float = 60.0,
 ) -> list[Any]:
     """Create (or find) the N named shard actors. They restart on failure and reload from files.
 
     ``lifetime="detached"`` (the cluster shape) keeps them alive after the creating process ends. ``llm_factory``
-    (picklable) reaches the model from inside a shard; None: heuristic summaries, boundaries and canvases."""
+    (picklable) reaches the model from inside a shard; None: heuristic summaries, boundaries and canvases.
+
+    A shard created here that lands off its node while that node is alive is created again until it lands there
+    (for ``placement_timeout`` seconds, then a warning): the soft affinity falls back to another node when the
+    scheduling raylet has not seen the wanted node's resources yet, which a loaded machine or a node that just
+    joined makes likely (a clean-clone run put every shard on the head). Shards that already existed are left
+    where they are: moving a live shard would cut its calls in flight."""
     remote = ray.remote(SessionShard)
     data_dir = str(settings.data_dir.resolve())
     traces = TraceExport.from_settings(settings)
-    handles = [
-        remote.options(
+    ns = settings.ray_namespace
+    nodes = alive_nodes()
+    fresh = [i for i in range(settings.session_shards) if not _exists(shard_name(i), ns)]
+
+    def create(i: int) -> Any:
+        return remote.options(
             name=shard_name(i),
-            namespace=settings.ray_namespace,
+            namespace=ns,
             get_if_exists=True,
             lifetime=lifetime,
             num_cpus=0,
             max_restarts=-1,
             max_task_retries=3,
-            scheduling_strategy=spread_over_nodes(i),
+            scheduling_strategy=spread_over_nodes(i, nodes),
         ).remote(i, data_dir, settings.shard_idle_seconds, settings.shard_max_sessions, llm_factory, traces)
-        for i in range(settings.session_shards)
-    ]
+
+    handles = [create(i) for i in range(settings.session_shards)]
+    deadline = time.monotonic() + placement_timeout
+    while True:
+        placed = ray.get([handles[i].__ray_call__.remote(_node_of) for i in fresh])
+        alive = set(alive_nodes())
+        wanted = {i: nodes[i % len(nodes)] for i in fresh} if nodes else {}
+        misplaced = [i for i, node in zip(fresh, placed, strict=True) if wanted[i] != node and wanted[i] in alive]
+        if not misplaced:
+            break
+        if time.monotonic() > deadline:
+            log.warning(
+                "shards %s are not on their nodes after %.0f s; left where they are", misplaced, placement_timeout
+            )
+            break
+        log.info(
+            "shards %s landed off their nodes (the scheduler had not seen them yet): creating them again", misplaced
+        )
+        for i in misplaced:
+            ray.kill(handles[i], no_restart=True)
+        time.sleep(0.5)
+        for i in misplaced:
+            while _exists(shard_name(i), ns) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            handles[i] = create(i)
+        fresh = misplaced
     ray.get([h.stats.remote() for h in handles])  # wait until every shard is up
-    log.info("%d session shards ready", len(handles))
+    log.info("%d session shards ready on %d nodes", len(handles), len(nodes))
     return handles
 
 
