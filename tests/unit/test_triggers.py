@@ -3,7 +3,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mnemoflow.memory.l1.triggers import L1Triggers, TriggerConfig, TriggerState
+from mnemoflow.memory.l1.triggers import Decision, L1Triggers, TriggerConfig, TriggerState
 from mnemoflow.retry import RetryPolicy
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -105,3 +105,41 @@ def test_invariants_hold_under_any_event_order(events: list[str]) -> None:
         assert 0 <= state.inflight <= state.pending
         assert not (d.run and not state.running)
         assert state.pending >= 0
+
+
+def _one_turn_before(trig: L1Triggers, state: TriggerState, now: datetime) -> tuple[TriggerState, Decision]:
+    """``on_turn`` as it was written before ``on_turns`` (one state copy per turn): the reference."""
+    state = state.model_copy(update={"pending": state.pending + 1, "last_turn_at": now})
+    if state.running:
+        return state, Decision()
+    if state.retry_at is None and state.pending >= trig.threshold(state):
+        return state.model_copy(update={"running": True, "inflight": state.pending, "rerun": False}), Decision(
+            run=True, reason="threshold"
+        )
+    return trig._wait(state)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.builds(
+        TriggerState,
+        pending=st.integers(0, 12),
+        inflight=st.integers(0, 12),
+        running=st.booleans(),
+        rerun=st.booleans(),
+        warmup_threshold=st.integers(0, 8),
+        last_turn_at=st.sampled_from([None, T0]),
+        retry_at=st.sampled_from([None, T0 + timedelta(seconds=30)]),
+    ),
+    st.integers(1, 12),
+    st.booleans(),
+)
+def test_n_turns_at_once_are_n_single_turns(state: TriggerState, n: int, warmup: bool) -> None:
+    """What the scheduler did per user and batch: fold the turns one by one, keeping the decision that started
+    a run (else the last one)."""
+    trig, now = L1Triggers(TriggerConfig(warmup=warmup)), T0 + timedelta(seconds=60)
+    folded, decision = state, Decision()
+    for _ in range(n):
+        folded, step = _one_turn_before(trig, folded, now)
+        decision = step if step.run or not decision.run else decision
+    assert trig.on_turns(state, now, n) == (folded, decision)

@@ -93,13 +93,7 @@ class L1Scheduler:
         for event in events:
             if event.role == "user":
                 counts[(event.tenant, event.user)] = counts.get((event.tenant, event.user), 0) + 1
-        settled = []
-        for key, n in counts.items():
-            state, decision = self._load(key), Decision()
-            for _ in range(n):
-                state, step = self.triggers.on_turn(state, now)
-                decision = step if step.run or not decision.run else decision
-            settled.append((key, state, decision))
+        settled = [(key, *self.triggers.on_turns(self._load(key), now, n)) for key, n in counts.items()]
         return self._settle(settled, now)
 
     def on_session_end(self, tenant: str, user: str, now: datetime) -> L1Job | None:

@@ -92,12 +92,26 @@ class L1Triggers:
 
     def on_turn(self, state: TriggerState, now: datetime) -> tuple[TriggerState, Decision]:
         """A user turn was written to L0."""
-        state = state.model_copy(update={"pending": state.pending + 1, "last_turn_at": now})
-        if state.running:
-            return state, Decision()
-        if state.retry_at is None and state.pending >= self.threshold(state):
-            return self._start(state, "threshold")
-        return self._wait(state)
+        return self.on_turns(state, now, 1)
+
+    def on_turns(self, state: TriggerState, now: datetime, n: int) -> tuple[TriggerState, Decision]:
+        """``n`` (>= 1) user turns written to L0 at ``now``: the state of ``n`` calls of :meth:`on_turn`, and the
+        decision that started a run among them, else the last one.
+
+        Why in one step: a worker's batch brings several turns per user, and a state copy per turn was most of
+        the scheduler's CPU. On turns alone a run can only start at the turn whose pending count reaches the
+        threshold (the threshold does not move), and once running only ``pending`` and ``last_turn_at`` change.
+        """
+        pending = state.pending + n
+        if not state.running and state.retry_at is None:
+            due = max(state.pending + 1, self.threshold(state))  # the pending count at which the run starts
+            if due <= pending:
+                started, decision = self._start(
+                    state.model_copy(update={"pending": due, "last_turn_at": now}), "threshold"
+                )
+                return started.model_copy(update={"pending": pending}), decision
+        state = state.model_copy(update={"pending": pending, "last_turn_at": now})
+        return (state, Decision()) if state.running else self._wait(state)
 
     def on_tick(self, state: TriggerState, now: datetime) -> tuple[TriggerState, Decision]:
         """A wake-up asked for by an earlier decision (or any periodic check)."""
