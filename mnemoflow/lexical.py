@@ -71,6 +71,12 @@ def analysed(text: str) -> str:
     return " ".join(terms(text))
 
 
+def fts5_any(query: str) -> str:
+    """An FTS5 MATCH expression for rows holding any of the query's terms ("" when it has none). Terms are
+    ``\\w+`` runs, so quoting each as an FTS5 string cannot inject query syntax."""
+    return " OR ".join(f'"{t}"' for t in dict.fromkeys(terms(query)))
+
+
 def words(text: str) -> list[str]:
     """Words a reader would count, case kept: ``\\w+`` runs of spaced scripts, jieba words of Chinese and Japanese
     runs (no bigrams, no shorter words inside longer ones). For thresholds and naming, not for search."""

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from mnemoflow.governance.tombstones import Tombstones
 from mnemoflow.ports import FileStore
+from mnemoflow.ports.files import FileStat, Tail
 from mnemoflow.storage import Layout
 
 
@@ -52,7 +53,10 @@ class ErasureFence:
         if not self._files.exists(self._user_dir):
             raise UserErased(f"{self._tenant}/{self._user} has no folder (erased)")
 
-    def _after_write(self) -> None:
+    def check(self) -> None:
+        """Raise :class:`UserErased`, removing the derived files, if an erase ran since the fence opened or is
+        running now. The writes below call it after each write; a writer the fence does not see (the conversation
+        index is a SQLite file) calls it after its own writes."""
         stone = self._tombstones.get(self._tenant, "users", self._user)
         if stone != self._seen or (stone is not None and not stone.done):
             for path in self._derived:
@@ -64,23 +68,26 @@ class ErasureFence:
     def append_lines(self, path: str, lines: list[str]) -> None:
         self._before_write()
         self._files.append_lines(path, lines)
-        self._after_write()
+        self.check()
 
     def write_atomic(self, path: str, data: bytes) -> None:
         self._before_write()
         self._files.write_atomic(path, data)
-        self._after_write()
+        self.check()
 
     def write_atomic_many(self, files: Mapping[str, bytes]) -> None:
         self._before_write()
         self._files.write_atomic_many(files)
-        self._after_write()
+        self.check()
 
     def remove(self, path: str) -> int:
         return self._files.remove(path)
 
     def repair_tail(self, path: str) -> bool:
         return self._files.repair_tail(path)
+
+    def read_tail(self, path: str, offset: int) -> Tail | None:
+        return self._files.read_tail(path, offset)
 
     def group_commit(self) -> AbstractContextManager[None]:
         return self._files.group_commit()
@@ -96,3 +103,6 @@ class ErasureFence:
 
     def list_dir(self, path: str) -> list[str]:
         return self._files.list_dir(path)
+
+    def stat_dir(self, path: str) -> dict[str, FileStat]:
+        return self._files.stat_dir(path)

@@ -26,7 +26,7 @@ from mnemoflow.index._common import (
     rrf_ranks,
     user_key,
 )
-from mnemoflow.lexical import analysed, terms
+from mnemoflow.lexical import analysed, fts5_any
 from mnemoflow.ports.vectors import AtomRow, AtomType, EmbedFn, Hit
 
 _COLUMNS = "rid, atom_id, tenant, user, type, priority, text, created, updated, source_ids, vec"
@@ -171,11 +171,9 @@ class SqliteVectorStore(StoreIdentity):
         return [(rid, 1.0 - dist) for rid, dist in self._conn.execute(sql + " order by distance", params)]
 
     def _bm25(self, tenant: str, user: str, text: str, k: int, types: Sequence[str] | None) -> list[tuple[int, float]]:
-        words = list(dict.fromkeys(terms(text)))
-        if not words:
+        body = fts5_any(text)
+        if not body:
             return []
-        # Terms are \w+ runs, so quoting them as FTS5 strings cannot inject query syntax.
-        body = " OR ".join('"' + t + '"' for t in words)
         match = f"ukey:{user_key(tenant, user)} AND body:({body})"
         if types is not None:
             match += f" AND atype:({' OR '.join(types)})"

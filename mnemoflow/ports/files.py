@@ -15,7 +15,32 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class FileStat:
+    """A file's identity and size: ``file_id`` as in :class:`Tail`."""
+
+    file_id: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """What :meth:`FileStore.read_tail` found: the complete lines from an offset on, and how to tell the file again.
+
+    ``file_id`` stays the same while the file is only appended to and changes when it is replaced (``write_atomic``
+    renames a new file over it) or removed and made anew; ``size`` below a reader's offset means it was cut. A reader
+    that keeps (file_id, end) can therefore read only what was appended since, and knows when to read it all again.
+    """
+
+    file_id: str
+    size: int
+    lines: list[str]
+    end: int
+    """The byte offset just past the last complete line read: where the next read starts."""
 
 
 class FileStore(Protocol):
@@ -25,6 +50,11 @@ class FileStore(Protocol):
 
     def read_lines(self, path: str) -> Iterator[str]:
         """Complete lines of ``path`` in order; nothing if it does not exist; a torn last line is skipped."""
+        ...
+
+    def read_tail(self, path: str, offset: int) -> Tail | None:
+        """The complete lines of ``path`` from byte ``offset`` (a line start) on; None if it does not exist. A torn
+        last line is left for a later read, as in :meth:`read_lines`."""
         ...
 
     def repair_tail(self, path: str) -> bool:
@@ -52,6 +82,11 @@ class FileStore(Protocol):
 
     def list_dir(self, path: str) -> list[str]:
         """Names in a folder, sorted; empty if it does not exist."""
+        ...
+
+    def stat_dir(self, path: str) -> dict[str, FileStat]:
+        """The files of a folder (the names :meth:`list_dir` gives) with their id and size; empty if it does not
+        exist. One call for a folder, so a reader can tell which files changed without opening each."""
         ...
 
     def remove(self, path: str) -> int:

@@ -12,6 +12,7 @@ from contextvars import ContextVar
 from pathlib import Path
 
 from mnemoflow.errors import InvalidInput, StorageError
+from mnemoflow.ports.files import FileStat, Tail
 
 _group: ContextVar[set[Path] | None] = ContextVar("mnemoflow_group_commit", default=None)
 """Files and folders written in the open group commit of this thread or task (None: no group open)."""
@@ -151,6 +152,22 @@ class LocalFileStore:
         except OSError as exc:
             raise StorageError(f"cannot read {path}: {exc}") from exc
 
+    def read_tail(self, path: str, offset: int) -> Tail | None:
+        """The file id is device and inode, from the open file itself, so it names the bytes that were read."""
+        target = self._path(path)
+        try:
+            with target.open("rb") as fh:
+                stat = os.fstat(fh.fileno())
+                fh.seek(offset)
+                data = fh.read() if offset <= stat.st_size else b""
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"cannot read {path}: {exc}") from exc
+        cut = data.rfind(b"\n") + 1
+        lines = data[: cut - 1].decode().split("\n") if cut else []
+        return Tail(file_id=f"{stat.st_dev}:{stat.st_ino}", size=stat.st_size, lines=lines, end=offset + cut)
+
     def repair_tail(self, path: str) -> bool:
         target = self._path(path)
         try:
@@ -219,6 +236,23 @@ class LocalFileStore:
         if not target.is_dir():
             return []
         return sorted(p.name for p in target.iterdir() if not p.name.startswith("."))
+
+    def stat_dir(self, path: str) -> dict[str, FileStat]:
+        out: dict[str, FileStat] = {}
+        try:
+            with os.scandir(self._path(path)) as entries:
+                for entry in entries:
+                    if entry.is_file(follow_symlinks=False) and not entry.name.startswith("."):
+                        try:
+                            stat = entry.stat(follow_symlinks=False)
+                        except FileNotFoundError:  # removed since the folder was listed
+                            continue
+                        out[entry.name] = FileStat(f"{stat.st_dev}:{stat.st_ino}", stat.st_size)
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        except OSError as exc:
+            raise StorageError(f"cannot list {path}: {exc}") from exc
+        return dict(sorted(out.items()))
 
     def remove(self, path: str) -> int:
         target = self._path(path)

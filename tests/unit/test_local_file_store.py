@@ -147,7 +147,7 @@ def test_removing_a_folder_also_removes_what_a_writer_added_meanwhile(tmp_path: 
     real = shutil.rmtree
     calls = []
 
-    def racing_rmtree(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def racing_rmtree(path, *args, **kwargs):
         calls.append(path)
         if len(calls) == 1:
             (tmp_path / "t/users/u/scenes/.backup").mkdir()
@@ -158,3 +158,36 @@ def test_removing_a_folder_also_removes_what_a_writer_added_meanwhile(tmp_path: 
     monkeypatch.setattr(shutil, "rmtree", racing_rmtree)
     assert files.remove("t/users/u") == 1
     assert not (tmp_path / "t/users/u").exists() and len(calls) == 2
+
+
+def test_read_tail_reads_from_an_offset_and_tells_a_replaced_file(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    assert files.read_tail("d.jsonl", 0) is None
+    files.append_lines("d.jsonl", ["one", "two"])
+    first = files.read_tail("d.jsonl", 0)
+    assert first is not None and first.lines == ["one", "two"] and first.end == first.size == 8
+    with (tmp_path / "d.jsonl").open("ab") as fh:
+        fh.write(b"thr")  # torn: left for a later read
+    files.repair_tail("d.jsonl")
+    files.append_lines("d.jsonl", ["three"])
+    more = files.read_tail("d.jsonl", first.end)
+    assert more is not None and more.lines == ["three"] and more.end == 14 and more.file_id == first.file_id
+    files.write_atomic("d.jsonl", b"x\n")
+    replaced = files.read_tail("d.jsonl", more.end)
+    assert replaced is not None and replaced.file_id != first.file_id and replaced.size == 2 and replaced.lines == []
+
+
+def test_stat_dir_gives_the_ids_and_sizes_read_tail_gives(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    assert files.stat_dir("c") == {}
+    files.append_lines("c/2026-01-02.jsonl", ["abc"])
+    files.append_lines("c/2026-01-01.jsonl", ["a", "b"])
+    files.write_atomic("c/.hidden", b"x")
+    (tmp_path / "c" / "sub").mkdir()
+    found = files.stat_dir("c")
+    assert list(found) == ["2026-01-01.jsonl", "2026-01-02.jsonl"]
+    tail = files.read_tail("c/2026-01-01.jsonl", 0)
+    assert tail is not None and (found["2026-01-01.jsonl"].file_id, found["2026-01-01.jsonl"].size) == (
+        tail.file_id,
+        tail.size,
+    )

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict
 
-from mnemoflow.lexical import bm25_scores
+from mnemoflow.memory.conversations import ConversationIndex
 from mnemoflow.memory.l0 import L0Message, read_l0
 from mnemoflow.memory.l1.models import L1Record
 from mnemoflow.memory.l1.records import RecordLog
@@ -172,16 +172,11 @@ class Recaller:
     def conversation_search(
         self, tenant: str, user: str, query: str, limit: int = 5, session: str | None = None
     ) -> list[ConversationHit]:
-        """The agent tool over raw L0 of this user: BM25 on the fly (L0 is not in the vector index), with the
-        same lexical terms as the atom index, so Chinese words match inside unsegmented sentences."""
-        msgs = [m for m in read_l0(self._files, tenant, user, limit=10**7) if session is None or m.session == session]
-        scored = [
-            ConversationHit(m, s)
-            for m, s in zip(msgs, bm25_scores(query, [m.content for m in msgs]), strict=True)
-            if s > 0
-        ]
-        scored.sort(key=lambda h: -h.score)
-        return scored[: max(1, min(limit, 20))]
+        """The agent tool over raw L0 of this user: BM25 from the user's conversation index, caught up with L0 by
+        this call (L0 is not in the atom index), with the same lexical terms as the atom index, so Chinese words
+        match inside unsegmented sentences."""
+        found = ConversationIndex(self._files).search(tenant, user, query, max(1, min(limit, 20)), session)
+        return [ConversationHit(m, s) for m, s in found]
 
     def drill_down(self, tenant: str, user: str, atom_id: str) -> DrillDown:
         """Atom → its record (even if superseded) → the L0 messages of its ``source_message_ids``."""
