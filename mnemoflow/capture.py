@@ -28,11 +28,16 @@ class Parsed(Generic[E]):
 
 
 def parse_batch(model: type[E], values: Sequence[bytes]) -> Parsed[E]:
+    """Each value validated on its own by the model's validator: a value is one record's JSON, and a bad one is
+    rejected alone. The validator is called directly, without ``model_validate_json``'s per-call argument checks
+    (a tenth of a worker's parsing, which runs for every event it consumes); one call over a JSON array of the
+    batch was measured no faster, and would let one record's bytes pose as several."""
+    validate = model.__pydantic_validator__.validate_json
     events: list[E] = []
     rejected: list[tuple[int, Rejected]] = []
     for i, value in enumerate(values):
         try:
-            events.append(model.model_validate_json(value))
+            events.append(validate(value))
         except ValidationError as exc:
             reason = "; ".join(_describe(e) for e in exc.errors()[:5])
             rejected.append((i, Rejected(value, reason)))

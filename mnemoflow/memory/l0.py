@@ -49,7 +49,8 @@ class _Line(TypedDict):
     name: NotRequired[str]
 
 
-_LINE = TypeAdapter(_Line)
+_TO_JSON = TypeAdapter(_Line).serializer.to_json
+"""The adapter's serializer itself: ``TypeAdapter.dump_json`` only forwards its defaults to it, once per line."""
 
 
 def l0_line(event: TurnEvent) -> str:
@@ -63,7 +64,7 @@ def l0_line(event: TurnEvent) -> str:
     }
     if event.name is not None:
         line["name"] = event.name
-    return _LINE.dump_json(line).decode()
+    return _TO_JSON(line).decode()
 
 
 class _Id(TypedDict):
@@ -88,18 +89,22 @@ class L0Writer:
         """Append the events not yet in L0, in order; returns (written, skipped as already applied)."""
         batches: dict[str, list[str]] = {}
         skipped = 0
-        paths: dict[tuple[str, str, date], str] = {}  # a batch holds few users and days: build each path once
+        # A batch holds few users and days: each day file's path, lines and ids are looked up once per batch.
+        days: dict[tuple[str, str, date], tuple[list[str], set[str]]] = {}
         for event in events:
             where = (event.tenant, event.user, event.ts.date())
-            path = paths.get(where) or paths.setdefault(where, Layout.conversation_day(*where))
-            ids = self._ids.get_or_load(path, self._load_ids)
+            day = days.get(where)
+            if day is None:
+                path = Layout.conversation_day(*where)
+                day = days[where] = (batches.setdefault(path, []), self._ids.get_or_load(path, self._load_ids))
+            lines, ids = day
             if event.message_id in ids:
                 skipped += 1
                 continue
             ids.add(event.message_id)
-            batches.setdefault(path, []).append(l0_line(event))
+            lines.append(l0_line(event))
         written = 0
-        pending = list(batches)
+        pending = [path for path, lines in batches.items() if lines]
         try:
             for path in list(pending):
                 self._files.append_lines(path, batches[path])
