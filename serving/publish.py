@@ -19,7 +19,7 @@ async def publish_turns(
     (tracing on): the request's trace context, on every record."""
     events = [TurnEvent.from_input(tenant, t, now) for t in turns]
     records = [(e.key, e.model_dump_json().encode(), None) for e in events]
-    await (bus.publish(TOPIC_TURNS, records) if headers is None else bus.publish(TOPIC_TURNS, records, headers))
+    await bus.publish(TOPIC_TURNS, records, headers)
     return len(events)
 
 
@@ -34,6 +34,5 @@ async def publish_tool_results(
     """Each session's results go to the partition of the shard that owns the session."""
     events = [ToolResultEvent.from_input(tenant, r, now) for r in results]
     records = [(e.key, e.model_dump_json().encode(), shard_for(e.key, partitions)) for e in events]
-    topic = TOPIC_TOOL_RESULTS
-    await (bus.publish(topic, records) if headers is None else bus.publish(topic, records, headers))
+    await bus.publish(TOPIC_TOOL_RESULTS, records, headers)
     return len(events)

@@ -149,7 +149,9 @@ def test_delete_with_wait_answers_once_applied(api: Api, monkeypatch: pytest.Mon
     atom = api.atoms().json()["atoms"][0]["id"]
     published = api.bus.publish
 
-    async def publish_and_apply(topic: str, records: list[tuple[str, bytes, int | None]]) -> None:
+    async def publish_and_apply(
+        topic: str, records: list[tuple[str, bytes, int | None]], headers: object = None
+    ) -> None:
         await published(topic, records)
         await api.worker.handle([RawRecord(v, k.encode(), topic, 0, 0) for k, v, _ in records])
 
