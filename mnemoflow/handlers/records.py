@@ -74,6 +74,8 @@ class Parsed(Generic[E]):
 
 def parse_records(model: type[E], records: Sequence[RawRecord], what: str, at: datetime) -> Parsed[E]:
     parsed = parse_batch(model, [r.value for r in records])
+    if not parsed.rejected:  # the usual batch: no index to filter the records by
+        return Parsed(parsed.events, list(records), [])
     bad = {i for i, _ in parsed.rejected}
     parked = [DeadLetter.of(records[i], f"invalid {what}: {rejected.reason}", at) for i, rejected in parsed.rejected]
     return Parsed(parsed.events, [r for i, r in enumerate(records) if i not in bad], parked)
