@@ -54,6 +54,17 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+_CREATE_NEW = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+"""How ``write_atomic_many`` opens its temporary files (what ``open(path, "wb")`` does, without Python's buffered
+file object: a worker writes a trigger state per user and batch)."""
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def _make_folder(folder: Path) -> list[Path]:
     """Create ``folder`` and its missing parents; the folders that gained an entry (to be synced)."""
     missing = []
@@ -131,9 +142,7 @@ class LocalFileStore:
             try:
                 if os.fstat(fd).st_size == 0:  # new (or emptied) file: its name must be durable too
                     touched.append(target.parent)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+                _write_all(fd, data)
             finally:
                 os.close(fd)
             self._durable(touched)
@@ -205,10 +214,17 @@ class LocalFileStore:
         folders: set[Path] = set()
         try:
             for target, data in targets.items():
-                folders.update(_make_folder(target.parent))
                 tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
                 temps.append((tmp, target))
-                tmp.write_bytes(data)
+                try:  # the folder exists but for a first write: no stat of every parent per file (as append_lines)
+                    fd = os.open(tmp, _CREATE_NEW, 0o666)
+                except FileNotFoundError:
+                    folders.update(_make_folder(target.parent))
+                    fd = os.open(tmp, _CREATE_NEW, 0o666)
+                try:
+                    _write_all(fd, data)
+                finally:
+                    os.close(fd)
             if self.fsync:  # bytes first, names after: a crash never leaves a renamed but empty file
                 _sync([tmp for tmp, _ in temps])
             for tmp, target in temps:
