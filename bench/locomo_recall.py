@@ -6,7 +6,8 @@ machine says so (warm-up 1, 2, 4, then every 5 user turns; session end at every 
 carries its speaker's name, so atoms name their subject. Storage: SQLite vector store; embedder: the default
 (multilingual-e5-small) or ``--embedder minilm``.
 
-For each question the top-k of recall over both speakers' atoms (RRF scores of the two per-user searches merged)
+For each question the top-k of recall over both speakers' atoms (RRF scores of the two per-user searches merged;
+a time the question names is resolved against the conversation's last turn, when LoCoMo's questions are asked)
 is a hit when some atom's ``source_message_ids`` contains an evidence ``dia_id``; recall@k is the share of
 questions with a hit. Baselines in the same run: BM25 (FTS5) and dense search over the raw turns, one row per
 turn, its text prefixed with the speaker (``Caroline: ...``), as the atoms are. Category mapping
@@ -240,6 +241,7 @@ def evaluate(
         budget = round(BUDGET_TURNS * statistics.mean(count_tokens(raw_text(t)) for t in conv["turns"]))
         t0 = time.perf_counter()
         qvecs = embedder.embed_query([q["question"] for q in qa])
+        now = turn_time(conv["turns"][-1])
         query_ms.append((time.perf_counter() - t0) * 1000 / max(1, len(qa)))
         for q, vec in zip(qa, qvecs, strict=True):
             ev = set(q["evidence"])
@@ -250,7 +252,7 @@ def evaluate(
                 ("dense_atoms", RECIPES["vector"].model_copy(update={"min_vector_score": -1.0})),
             ):
                 # Deeper than k: the budgeted list may hold more short atoms than k.
-                both = [h for u in users for h in recaller.hits(TENANT, u, q["question"], vec, cfg, 3 * kmax)]
+                both = [h for u in users for h in recaller.hits(TENANT, u, q["question"], vec, cfg, 3 * kmax, now)]
                 both.sort(key=lambda h: -h.score)
                 ranked[name] = [(h.row.text, h.row.source_message_ids) for h in both]
             sid = conv["sample_id"]

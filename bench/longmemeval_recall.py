@@ -13,6 +13,8 @@ history one row, user and assistant alike):
   (an atom that cites many turns or runs long cannot buy its hit with length);
 * ``session_recall_at_5``: a hit when one of the top 5 comes from an ``answer_session_ids`` session.
 
+Recall is asked at the question's ``question_date``, so "four weeks ago" in a question means four weeks before it.
+
 Each figure is averaged over the questions that have evidence turns and is reported per ``question_type``. The
 heuristic engine extracts only what the user said, so ``single-session-assistant`` questions (the evidence is what
 the assistant said) are out of its reach by design; they are reported, not hidden.
@@ -214,7 +216,9 @@ def main() -> None:
             (vec,) = embedder.embed_query([item["question"]])
             q = item["question"]
             ranked = {
-                "hybrid": recaller.hits(TENANT, user, q, vec, RECIPES["hybrid_rrf"], DEPTH),
+                "hybrid": recaller.hits(
+                    TENANT, user, q, vec, RECIPES["hybrid_rrf"], DEPTH, when(item["question_date"])
+                ),
                 "bm25_raw": raw.bm25_search("raw", user, q, DEPTH),
                 "dense_raw": raw.dense_search("raw", user, vec, DEPTH),
                 "hybrid_raw": raw.search("raw", user, q, vec, DEPTH),
@@ -243,7 +247,7 @@ def main() -> None:
         res["by_type"] = {k: {s: mean(per[s][k]) for s in SYSTEMS} for k in sorted(per["hybrid"])}
         return res
 
-    result = {
+    result: dict[str, Any] = {
         "turn_recall_at_10": table("turn10"),
         "turn_recall_at_10_budgeted": table("turn10_budget"),
         "session_recall_at_5": table("session5"),

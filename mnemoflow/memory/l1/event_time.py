@@ -8,12 +8,17 @@ Pure and deterministic: English and Chinese expressions, the first one in the te
 message's own (UTC) calendar. The result is a label at the precision of the expression: a day ``2023-05-07``, a
 week ``week of 2023-05-01`` (its Monday), a month ``2023-04``, a year ``2022``. Absolute dates in the text are left
 alone: they are already readable.
+
+The label is also what recall reads back: :func:`tag` writes it into the atom, :func:`tagged` finds it there and
+:func:`span` turns it into the days it covers, so a query's time expression (resolved by the same rules,
+:mod:`mnemoflow.memory.recall.query_time`) can be compared with the atom's.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
 _WEEKDAYS_EN = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
@@ -42,8 +47,8 @@ def _weekday(d: date, target: int, week_offset: int) -> str:
 
 
 def _sign(word: str) -> int:
-    """-1 for the past (上, last), +1 for the future (下, next), 0 for this one (这, 本, this)."""
-    return {"上": -1, "last": -1, "下": 1, "next": 1}.get(word.lower(), 0)
+    """-1 for the past (上, last, past), +1 for the future (下, next), 0 for this one (这, 本, this)."""
+    return {"上": -1, "last": -1, "past": -1, "下": 1, "next": 1}.get(word.lower(), 0)
 
 
 def _count(token: str) -> int:
@@ -58,7 +63,8 @@ def _count(token: str) -> int:
 
 
 Rule = tuple[re.Pattern[str], Callable[[re.Match[str], date], str]]
-_RULES: list[Rule] = [
+"""A pattern and how its match becomes a label, given the day the text was said (or the query asked)."""
+RULES: list[Rule] = [
     # Chinese first: its expressions never contain Latin letters, so the order only matters within a language.
     (re.compile(r"大前天"), lambda m, d: _day(d - timedelta(days=3))),
     (re.compile(r"前天"), lambda m, d: _day(d - timedelta(days=2))),
@@ -91,7 +97,7 @@ _RULES: list[Rule] = [
         re.compile(r"\b(last|next|this) (" + "|".join(_WEEKDAYS_EN) + r")\b", re.I),
         lambda m, d: _weekday(d, _WEEKDAYS_EN.index(m.group(2).lower()), _sign(m.group(1))),
     ),
-    (re.compile(r"\b(last|next) weekend\b", re.I), lambda m, d: _weekday(d, 5, _sign(m.group(1)))),
+    (re.compile(r"\b(last|next|past) weekend\b", re.I), lambda m, d: _weekday(d, 5, _sign(m.group(1)))),
     (re.compile(r"\b(last|next) week\b", re.I), lambda m, d: _week(d + timedelta(weeks=_sign(m.group(1))))),
     (re.compile(r"\b(last|next) month\b", re.I), lambda m, d: _month(d, _sign(m.group(1)))),
     (re.compile(r"\b(last|next) year\b", re.I), lambda m, d: str(d.year + _sign(m.group(1)))),
@@ -110,12 +116,64 @@ _RULES: list[Rule] = [
 ]
 
 
-def resolve(text: str, said_at: datetime) -> str | None:
-    """The time of the first relative expression in ``text``, as a label (see the module docstring), or None.
+def first_label(text: str, day: date, rules: Sequence[Rule]) -> str | None:
+    """The label of the first expression in ``text`` any of ``rules`` finds, resolved against ``day``, or None.
 
     On a tie of position the rule listed first wins (the more specific one: 上周六 before 上周)."""
-    matches = [(m.start(), i, m) for i, (pattern, _) in enumerate(_RULES) if (m := pattern.search(text))]
+    matches = [(m.start(), i, m) for i, (pattern, _) in enumerate(rules) if (m := pattern.search(text))]
     if not matches:
         return None
     _, i, m = min(matches, key=lambda x: (x[0], x[1]))
-    return _RULES[i][1](m, said_at.date())
+    return rules[i][1](m, day)
+
+
+def resolve(text: str, said_at: datetime) -> str | None:
+    """The time of the first relative expression in ``text``, as a label (see the module docstring), or None."""
+    return first_label(text, said_at.date(), RULES)
+
+
+def tag(label: str) -> str:
+    """How an atom carries its event time: ``(event: 2023-05-07)`` at the end of its text."""
+    return f"(event: {label})"
+
+
+_TAG = re.compile(r"\(event: ([^()]{1,40})\)")
+_LABEL = re.compile(r"(week of )?(\d{4})(?:-(\d{2})(?:-(\d{2}))?)?")
+
+
+def tagged(text: str) -> str | None:
+    """The label :func:`tag` wrote into ``text``, or None."""
+    m = _TAG.search(text)
+    return m.group(1) if m else None
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """The days a label covers, both ends included."""
+
+    first: date
+    last: date
+
+    def overlaps(self, other: Span) -> bool:
+        return self.first <= other.last and other.first <= self.last
+
+    def widened(self, days: int) -> Span:
+        return Span(self.first - timedelta(days=days), self.last + timedelta(days=days))
+
+
+def span(label: str) -> Span | None:
+    """The days ``label`` covers; None when it is not a label (a model-written tag can hold anything)."""
+    m = _LABEL.fullmatch(label)
+    if not m or (m.group(1) and not m.group(4)):
+        return None
+    year, month, day = int(m.group(2)), m.group(3), m.group(4)
+    try:
+        if day:
+            first = date(year, int(month), int(day))
+            return Span(first, first + timedelta(days=6 if m.group(1) else 0))
+        if month:
+            first = date(year, int(month), 1)
+            return Span(first, date.fromisoformat(_month(first, 1) + "-01") - timedelta(days=1))
+        return Span(date(year, 1, 1), date(year, 12, 31))
+    except ValueError:  # 2023-13, 2023-02-30
+        return None

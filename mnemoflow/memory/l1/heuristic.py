@@ -23,7 +23,7 @@ import re
 
 from mnemoflow.lexical import terms, word_count
 from mnemoflow.memory.l1.dedup import JudgeItem
-from mnemoflow.memory.l1.event_time import resolve
+from mnemoflow.memory.l1.event_time import resolve, tag
 from mnemoflow.memory.l1.extract import validate_drafts
 from mnemoflow.memory.l1.models import AtomDraft, DedupDecision
 from mnemoflow.memory.l1.window import Window
@@ -107,7 +107,7 @@ class HeuristicExtractor:
                 text = f"{text} (answering{asker}: {prev.content.strip()[:CONTEXT_CHARS]})"
             kind, priority = classify(text)
             if when:
-                text = f"{text} (event: {when})"
+                text = f"{text} {tag(when)}"
             if msg.name:  # name the subject: "Caroline: I went ..." is found by a question about Caroline
                 text = f"{msg.name}: {text}"
             drafts.append(

@@ -1,16 +1,21 @@
 """Recall strategies as declarative config plus named recipes (docs/STYLE.md, item 12), so benchmarks compare configs.
 
-A :class:`RecallConfig` says which retrievers run, how they fuse, how many hits, and the character and time
-budgets of the injected context. :data:`RECIPES` names the configurations the bench reports.
+A :class:`RecallConfig` says which retrievers run, how they fuse, how many hits, how time and supersession reorder
+them, and the character and time budgets of the injected context. :data:`RECIPES` names the configurations the
+bench reports.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mnemoflow.memory.recall.query_time import query_span
+from mnemoflow.memory.recall.supersession import newest_first, same_thing_similarity
+from mnemoflow.memory.recall.time_boost import boost_in_span
 from mnemoflow.ports.vectors import AtomType, Hit, VectorStore
 
 Method = Literal["bm25", "vector"]
@@ -32,6 +37,15 @@ class RecallConfig(BaseModel):
     max_navigation_chars: int = Field(1500, ge=0)
     timeout_s: float = Field(1.0, gt=0)
     """Search budget; on timeout recall returns no hits but persona and navigation are still injected."""
+    time_weight: float = Field(1.0, ge=0)
+    """Weight of the time boost (:mod:`~mnemoflow.memory.recall.time_boost`) when the query names a time; 0 turns
+    it off. Fused search only: it is an RRF term."""
+    time_slack_days: int = Field(3, ge=0)
+    """The query's span is widened by this many days each side: an atom is often dated by the day it was said."""
+    time_depth: int = Field(30, ge=1, le=100)
+    """Fused hits searched when the query names a time, so an in-span hit from below the top k can move up."""
+    supersede: bool = True
+    """Order hits about the same thing newest first (:mod:`~mnemoflow.memory.recall.supersession`)."""
 
 
 RECIPES: dict[str, RecallConfig] = {
@@ -49,9 +63,31 @@ def search_hits(
     vector: Sequence[float] | None,
     config: RecallConfig,
     k: int | None = None,
+    now: datetime | None = None,
 ) -> list[Hit]:
-    """Run the configured retrievers for one user and return fused hits, best first."""
+    """Run the configured retrievers for one user and return fused hits, best first: boosted towards the time
+    the query names (resolved against ``now``; none without it) and with superseded facts after current ones."""
     k = k or config.k
+    fused = vector is not None and set(config.methods) == {"bm25", "vector"}
+    wanted = query_span(query, now) if fused and now is not None and config.time_weight > 0 else None
+    depth = max(k, config.time_depth) if wanted else k
+    hits = _retrieve(store, tenant, user, query, vector, config, depth)
+    if wanted:
+        hits = boost_in_span(hits, wanted.widened(config.time_slack_days), config.time_weight)[:k]
+    if config.supersede:
+        hits = newest_first(hits, same_thing_similarity(store.embedding_model))
+    return hits
+
+
+def _retrieve(
+    store: VectorStore,
+    tenant: str,
+    user: str,
+    query: str,
+    vector: Sequence[float] | None,
+    config: RecallConfig,
+    k: int,
+) -> list[Hit]:
     if vector is not None and "vector" in config.methods:
         if "bm25" in config.methods:
             return store.search(tenant, user, query, vector, k, config.types)

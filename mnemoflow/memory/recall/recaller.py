@@ -6,7 +6,8 @@ What the API calls: ``await Recaller(...).recall(RecallRequest(...))`` for ``POS
 
 Ports are sync (store, embedder, files); :meth:`recall` runs the search in a worker thread only to bound it by
 ``timeout_s``: on timeout it returns no hits but still the persona and navigation (the original drops all,
-docs/tdam-spec.md §9.18).
+docs/tdam-spec.md §9.18). A time the query names ("last week", "上个月") is resolved against the clock's now, or
+against the ``now`` a caller passes to :meth:`hits` (a benchmark replaying a conversation asks at its time).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
@@ -26,6 +28,7 @@ from mnemoflow.memory.recall.config import RecallConfig, search_hits
 from mnemoflow.memory.recall.format import ToolNames, clip, fit, memory_line, prepend_context, system_context
 from mnemoflow.memory.recall.sources import ContextSource, FileContextSource
 from mnemoflow.ports import Embedder, FileStore
+from mnemoflow.ports.clock import Clock, SystemClock
 from mnemoflow.ports.vectors import AtomType, Hit, VectorStore
 
 
@@ -89,8 +92,10 @@ class Recaller:
         context: ContextSource | None = None,
         config: RecallConfig | None = None,
         tools: ToolNames | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self._store, self._embedder, self._files = store, embedder, files
+        self._clock = clock or SystemClock()
         self._context = context or FileContextSource(files)
         self.config = config or RecallConfig()
         self.tools = tools or ToolNames()
@@ -108,14 +113,16 @@ class Recaller:
         vector: Sequence[float] | None = None,
         config: RecallConfig | None = None,
         k: int | None = None,
+        now: datetime | None = None,
     ) -> list[Hit]:
-        """The search alone; embeds the query unless ``vector`` is given (the bench times it without)."""
+        """The search alone; embeds the query unless ``vector`` is given (the bench times it without). A time in
+        the query is resolved against ``now``, by default the clock's."""
         cfg = config or self.config
         if len(query.strip()) < cfg.min_query_chars:
             return []
         if vector is None and "vector" in cfg.methods:
             vector = self._embedder.embed_query([query])[0]
-        return search_hits(self._store, tenant, user, query, vector, cfg, k)
+        return search_hits(self._store, tenant, user, query, vector, cfg, k, now or self._clock.now())
 
     def render(
         self,

@@ -31,6 +31,7 @@ from typing import Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from mnemoflow.ids import SafeId
+from mnemoflow.memory.l1.event_time import span, tagged
 
 MAX_SCENES = 15
 """Live scenes per user (docs/tdam-spec.md §3.5); enforced in code, not only asked of the model."""
@@ -42,7 +43,6 @@ META_START = "-----META-START-----"
 META_END = "-----META-END-----"
 DELETED_MARKER = "[DELETED]"
 
-_EVENT_DAY = re.compile(r"\(event: (\d{4}-\d{2}-\d{2})\)")
 AtomType = Literal["persona", "episodic", "instruction"]
 
 
@@ -70,9 +70,10 @@ class SceneInput(BaseModel):
         """The day the atom is about, as a scene dates it: the event day L1 resolved into the text
         (``(event: 2023-05-07)``), else the day it was said, else the day it was stored. A scene replayed or
         processed late is then dated by the conversation, not by the day the pass ran."""
-        m = _EVENT_DAY.search(self.content)
-        if m:
-            return m.group(1)
+        label = tagged(self.content)
+        found = span(label) if label else None
+        if found and found.first == found.last:  # a day, not a week, month or year
+            return found.first.isoformat()
         return (self.said_at or self.ts).astimezone(UTC).date().isoformat()
 
 
