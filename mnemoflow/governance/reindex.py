@@ -45,7 +45,7 @@ def reindex_user(
     now = clock.now()
     for start in range(0, len(live), batch):
         chunk = live[start : start + batch]
-        vectors = embedder.embed([r.content for r in chunk])
+        vectors = embedder.embed([r.search_text for r in chunk])
         store.upsert([L1Pipeline.row(tenant, user, r, v, now) for r, v in zip(chunk, vectors, strict=True)])
         if progress is not None:
             progress(len(chunk))

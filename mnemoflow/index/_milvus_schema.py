@@ -5,7 +5,7 @@ per user, a 384-d (configurable) dense vector with a FLAT index, and a sparse ve
 with its BM25 full-text function from ``terms``: the text's lexical terms (:func:`mnemoflow.lexical.analysed`,
 Chinese segmented) split on whitespace, so Milvus ranks the same terms the SQLite index and the in-memory
 reference do. (Milvus' own ``chinese`` analyzer would segment differently from the query side of the others.)
-A collection made before ``terms`` existed is rebuilt from its rows on open (:func:`has_terms`).
+A collection made before ``terms`` or ``context`` existed is rebuilt from its rows on open (:func:`field_names`).
 Tenant and user are plain VARCHAR fields with INVERTED indexes:
 ``is_partition_key`` is broken in Milvus Lite 2.5.1 (every filter fails), and HNSW/IVF_FLAT were rejected or
 returned wrong neighbours there, so FLAT it is. Lite cannot alter collection properties, so the embedding
@@ -24,7 +24,19 @@ from mnemoflow.errors import InvalidInput, StorageError
 _INSTALL_HINT = (
     "the Milvus vector store needs pymilvus 2.5 (and milvus-lite for a local file): pip install mnemoflow[milvus]"
 )
-SCALARS = ["pk", "atom_id", "tenant", "user", "type", "priority", "text", "created_us", "updated_us", "sources"]
+SCALARS = [
+    "pk",
+    "atom_id",
+    "tenant",
+    "user",
+    "type",
+    "priority",
+    "text",
+    "context",
+    "created_us",
+    "updated_us",
+    "sources",
+]
 TERMS_ANALYZER = {"tokenizer": "whitespace"}
 
 
@@ -77,6 +89,7 @@ def create_atoms(client: Any, name: str, dim: int, timeout: float) -> None:
     s.add_field("type", DataType.VARCHAR, max_length=16)
     s.add_field("priority", DataType.INT64)
     s.add_field("text", DataType.VARCHAR, max_length=65535)
+    s.add_field("context", DataType.VARCHAR, max_length=65535)
     s.add_field("terms", DataType.VARCHAR, max_length=65535, enable_analyzer=True, analyzer_params=TERMS_ANALYZER)
     s.add_field("created_us", DataType.INT64)
     s.add_field("updated_us", DataType.INT64)
@@ -99,10 +112,9 @@ def create_atoms(client: Any, name: str, dim: int, timeout: float) -> None:
     client.create_collection(name, schema=s, index_params=ip, consistency_level="Strong", timeout=timeout)
 
 
-def has_terms(client: Any, name: str, timeout: float) -> bool:
-    """Whether the collection has the ``terms`` field BM25 reads (collections of the first layout do not)."""
-    fields = client.describe_collection(name, timeout=timeout)["fields"]
-    return any(f["name"] == "terms" for f in fields)
+def field_names(client: Any, name: str, timeout: float) -> set[str]:
+    """The collection's fields: one of an older layout lacks ``terms`` (BM25 read the raw text) or ``context``."""
+    return {f["name"] for f in client.describe_collection(name, timeout=timeout)["fields"]}
 
 
 def ensure_meta(client: Any, name: str, embedding_model: str, dim: int, timeout: float) -> tuple[str, int]:

@@ -21,10 +21,12 @@ from typing import Any
 from mnemoflow.errors import StorageError
 from mnemoflow.index._common import user_key
 from mnemoflow.lexical import analysed
+from mnemoflow.ports.vectors import search_text
 
-SCHEMA_VERSION = "2"
-"""2: the FTS body holds lexical terms (segmented CJK) instead of the raw text; an index of version 1 has its FTS
-table rebuilt from ``atoms`` when it is opened."""
+SCHEMA_VERSION = "3"
+"""2: the FTS body holds lexical terms (segmented CJK) instead of the raw text. 3: atoms have a ``context`` (searched,
+not shown: :func:`~mnemoflow.ports.vectors.search_text`), and the FTS body is the terms of text and context. An
+index of an older version gains the column (empty) and has its FTS table rebuilt from ``atoms`` when opened."""
 _INSTALL_HINT = "the SQLite vector store needs apsw and sqlite-vec: pip install mnemoflow[sqlite]"
 
 _DDL = """
@@ -32,7 +34,7 @@ create table if not exists meta(key text primary key, value text not null);
 create table if not exists atoms(
     rid integer primary key,
     tenant text not null, user text not null, atom_id text not null,
-    type text not null, priority integer not null, text text not null,
+    type text not null, priority integer not null, text text not null, context text not null default '',
     created text not null, updated text not null, source_ids text not null,
     vec blob not null,
     unique(tenant, user, atom_id)
@@ -91,18 +93,21 @@ def ensure_schema(conn: Any, dim: int, embedding_model: str, chunk_size: int) ->
             conn.execute("insert or ignore into meta(key, value) values (?, ?)", (key, str(value)))
         meta = dict(conn.execute("select key, value from meta"))
         if meta["schema_version"] != SCHEMA_VERSION:
+            if "context" not in {col[1] for col in conn.execute("pragma table_info(atoms)")}:
+                conn.execute("alter table atoms add column context text not null default ''")
             _rebuild_fts(conn)
             conn.execute("update meta set value = ? where key = 'schema_version'", (SCHEMA_VERSION,))
     return meta["embedding_model"], int(meta["dim"])
 
 
 def _rebuild_fts(conn: Any) -> None:
-    """Re-analyse every atom's text into the FTS table (one transaction, with the caller's)."""
+    """Re-analyse every atom's text and context into the FTS table (one transaction, with the caller's)."""
     conn.execute("delete from atoms_fts")
-    for rid, tenant, user, type_, text in list(conn.execute("select rid, tenant, user, type, text from atoms")):
+    rows = list(conn.execute("select rid, tenant, user, type, text, context from atoms"))
+    for rid, tenant, user, type_, text, context in rows:
         conn.execute(
             "insert into atoms_fts(rowid, ukey, atype, body) values (?, ?, ?, ?)",
-            (rid, user_key(tenant, user), type_, analysed(text)),
+            (rid, user_key(tenant, user), type_, analysed(search_text(text, context))),
         )
 
 

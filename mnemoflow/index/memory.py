@@ -116,7 +116,7 @@ class InMemoryVectorStore(StoreIdentity):
         rows = list(self._scope(tenant, user).values())
         scored = [
             (s, r)
-            for s, r in zip(bm25_scores(query_text, [r.text for r in rows]), rows, strict=True)
+            for s, r in zip(bm25_scores(query_text, [r.search_text for r in rows]), rows, strict=True)
             if s > 0 and (wanted is None or r.type in wanted)
         ]
         scored.sort(key=lambda sr: (-sr[0], sr[1].id))
@@ -139,7 +139,7 @@ class InMemoryVectorStore(StoreIdentity):
             rows = list(scope.values())
             for start in range(0, len(rows), batch_size):
                 batch = rows[start : start + batch_size]
-                vectors = embed_fn([r.text for r in batch])
+                vectors = embed_fn([r.search_text for r in batch])
                 for row, vec in zip(batch, vectors, strict=True):
                     check_vector(vec, self._dim)
                     scope[row.id] = with_vector(row, vec)

@@ -45,6 +45,7 @@ def _row(e: dict[str, Any]) -> AtomRow:
         type=e["type"],
         priority=int(e["priority"]),
         text=e["text"],
+        context=e.get("context", ""),
         vector=[float(x) for x in e["dense"]],
         source_message_ids=json.loads(e["sources"]),
         created=_EPOCH + timedelta(microseconds=e["created_us"]),
@@ -61,7 +62,8 @@ def _entity(row: AtomRow) -> dict[str, Any]:
         "type": row.type,
         "priority": row.priority,
         "text": row.text,
-        "terms": analysed(row.text) or "_",
+        "context": row.context,
+        "terms": analysed(row.search_text) or "_",
         "created_us": _us(row.created),
         "updated_us": _us(row.updated),
         "sources": json.dumps(row.source_message_ids),
@@ -120,21 +122,23 @@ class MilvusVectorStore(StoreIdentity):
                 fusion=fusion,
             )
             store._stored = schema.ensure_meta(client, collection, embedding_model, dim, timeout)
-            if not schema.has_terms(client, collection, timeout):
-                store._relayout(store._stored[1] or dim)
+            present = schema.field_names(client, collection, timeout)
+            if not {"terms", "context"} <= present:
+                store._relayout(store._stored[1] or dim, [f for f in _FIELDS if f in present])
         return store
 
-    def _read_all(self) -> list[AtomRow]:
-        it = self._client.query_iterator(self._name, batch_size=1000, filter='pk != ""', output_fields=_FIELDS)
+    def _read_all(self, fields: list[str] = _FIELDS) -> list[AtomRow]:
+        it = self._client.query_iterator(self._name, batch_size=1000, filter='pk != ""', output_fields=fields)
         rows: list[AtomRow] = []
         while batch := it.next():
             rows += [_row(e) for e in batch]
         it.close()
         return rows
 
-    def _relayout(self, dim: int) -> None:
-        """Recreate a collection of the first layout (BM25 over raw ``text``) with ``terms``, rows unchanged."""
-        rows = self._read_all()
+    def _relayout(self, dim: int, fields: list[str]) -> None:
+        """Recreate a collection of an older layout (BM25 over raw ``text``, or no ``context``) in the current one,
+        rows unchanged (an atom without context gets an empty one). ``fields``: those the old collection has."""
+        rows = self._read_all(fields)
         self._client.drop_collection(self._name, timeout=self._timeout)
         schema.create_atoms(self._client, self._name, dim, self._timeout)
         for start in range(0, len(rows), 1000):
@@ -275,7 +279,7 @@ class MilvusVectorStore(StoreIdentity):
                 schema.create_atoms(self._client, self._name, self._dim, self._timeout)
         for start in range(0, len(rows), batch_size):
             batch = rows[start : start + batch_size]
-            vectors = embed_fn([r.text for r in batch])
+            vectors = embed_fn([r.search_text for r in batch])
             new = [with_vector(r, check_vector(v, self._dim)) for r, v in zip(batch, vectors, strict=True)]
             with translate():
                 self._client.upsert(self._name, [_entity(r) for r in new], timeout=self._timeout)

@@ -27,15 +27,15 @@ from mnemoflow.index._common import (
     user_key,
 )
 from mnemoflow.lexical import analysed, fts5_any
-from mnemoflow.ports.vectors import AtomRow, AtomType, EmbedFn, Hit
+from mnemoflow.ports.vectors import AtomRow, AtomType, EmbedFn, Hit, search_text
 
-_COLUMNS = "rid, atom_id, tenant, user, type, priority, text, created, updated, source_ids, vec"
+_COLUMNS = "rid, atom_id, tenant, user, type, priority, text, context, created, updated, source_ids, vec"
 _UPSERT = """
-insert into atoms(tenant, user, atom_id, type, priority, text, created, updated, source_ids, vec)
-values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+insert into atoms(tenant, user, atom_id, type, priority, text, context, created, updated, source_ids, vec)
+values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 on conflict(tenant, user, atom_id) do update set
-    type = excluded.type, priority = excluded.priority, text = excluded.text, created = excluded.created,
-    updated = excluded.updated, source_ids = excluded.source_ids, vec = excluded.vec
+    type = excluded.type, priority = excluded.priority, text = excluded.text, context = excluded.context,
+    created = excluded.created, updated = excluded.updated, source_ids = excluded.source_ids, vec = excluded.vec
 returning rid
 """
 
@@ -45,7 +45,7 @@ def _blob(vector: Sequence[float]) -> bytes:
 
 
 def _row(rec: Sequence[Any]) -> AtomRow:
-    _, atom_id, tenant, user, type_, priority, text, created, updated, sources, vec = rec
+    _, atom_id, tenant, user, type_, priority, text, context, created, updated, sources, vec = rec
     vector = array("f")
     vector.frombytes(vec)
     # Trusted: written by upsert after validation, so skip re-validating 384 floats per hit.
@@ -56,6 +56,7 @@ def _row(rec: Sequence[Any]) -> AtomRow:
         type=type_,
         priority=priority,
         text=text,
+        context=context,
         vector=vector.tolist(),
         created=datetime.fromisoformat(created),
         updated=datetime.fromisoformat(updated),
@@ -100,7 +101,7 @@ class SqliteVectorStore(StoreIdentity):
         key = user_key(row.tenant, row.user)
         self._conn.execute(
             "insert into atoms_fts(rowid, ukey, atype, body) values (?, ?, ?, ?)",
-            (rid, key, row.type, analysed(row.text)),
+            (rid, key, row.type, analysed(row.search_text)),
         )
         self._conn.execute(
             "insert into atoms_vec(rid, ukey, atype, embedding) values (?, ?, ?, ?)",
@@ -124,6 +125,7 @@ class SqliteVectorStore(StoreIdentity):
                     row.type,
                     row.priority,
                     row.text,
+                    row.context,
                     row.created.isoformat(),
                     row.updated.isoformat(),
                     json.dumps(row.source_message_ids),
@@ -265,12 +267,12 @@ class SqliteVectorStore(StoreIdentity):
             self._conn.execute(schema.vec_ddl(self._dim, self._chunk_size))
             while batch := list(
                 self._conn.execute(
-                    "select rid, tenant, user, type, text from atoms where rid > ? order by rid limit ?",
+                    "select rid, tenant, user, type, text, context from atoms where rid > ? order by rid limit ?",
                     (last, batch_size),
                 )
             ):
-                vectors = embed_fn([rec[4] for rec in batch])
-                for (rid, tenant, user, type_, _), vec in zip(batch, vectors, strict=True):
+                vectors = embed_fn([search_text(rec[4], rec[5]) for rec in batch])
+                for (rid, tenant, user, type_, _, _), vec in zip(batch, vectors, strict=True):
                     blob = _blob(check_vector(vec, self._dim))
                     self._conn.execute("update atoms set vec = ? where rid = ?", (blob, rid))
                     self._conn.execute(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -229,6 +229,30 @@ def test_chinese_words_are_found_inside_unsegmented_sentences(store: VectorStore
         assert want in [h.id for h in store.search("t1", "u1", query, vec(99), 2)], query
     assert store.bm25_search("t1", "u1", "徒步旅行", 4)[0].id == "a0"
     assert store.bm25_search("t1", "u1", "。，！", 4) == []
+
+
+def test_context_is_searched_and_kept_but_is_not_the_text(open_store: Opener) -> None:
+    """An atom's context (the turn it followed) is found by BM25 and handed to reembed with the text; the text is
+    what comes back as the atom."""
+    store = open_store("m1")
+    answer = atom(0, text="Yes, twice, and it was wonderful").model_copy(
+        update={"context": "Melanie: Have you ever been to Lisbon?"}
+    )
+    store.upsert([answer, atom(1, text="I adopted a grey cat named Pixel")])
+    (hit,) = store.bm25_search("t1", "u1", "Lisbon", 3)
+    assert hit.id == "a0" and hit.row.text == "Yes, twice, and it was wonderful"
+    assert store.get("t1", "u1", ["a0"]) == [answer]
+    store.close()
+    seen: list[str] = []
+
+    def embed(texts: Sequence[str]) -> list[list[float]]:
+        seen.extend(texts)
+        return [vec(1000 + i) for i in range(len(texts))]
+
+    again = open_store("m2")
+    again.reembed(embed)
+    assert "Yes, twice, and it was wonderful\nMelanie: Have you ever been to Lisbon?" in seen
+    assert again.get("t1", "u1", ["a0"])[0].context == answer.context
 
 
 def test_dimension_mismatch_is_rejected(store: VectorStore) -> None:

@@ -86,7 +86,24 @@ def test_an_index_of_the_first_layout_is_re_analysed_on_open(tmp_path: Path) -> 
     store.close()
     reopened = SqliteVectorStore.open(path, dim=4, embedding_model="m")
     assert [h.id for h in reopened.bm25_search("t", "me", "女儿", 3)] == ["zh"]
-    assert reopened._conn.execute("select value from meta where key = 'schema_version'").fetchone()[0] == "2"
+    assert reopened._conn.execute("select value from meta where key = 'schema_version'").fetchone()[0] == "3"
+    reopened.close()
+
+
+def test_an_index_without_context_gains_the_column_on_open(tmp_path: Path) -> None:
+    """Version 2 had no ``context`` column: opening adds it (empty), rows and searches are unchanged."""
+    path = str(tmp_path / "v2.db")
+    store = SqliteVectorStore.open(path, dim=4, embedding_model="m")
+    store.upsert([_row(i) for i in range(3)])
+    with store._conn:
+        store._conn.execute("alter table atoms drop column context")
+        store._conn.execute("update meta set value = '2' where key = 'schema_version'")
+    store.close()
+    reopened = SqliteVectorStore.open(path, dim=4, embedding_model="m")
+    assert [r.context for r in reopened.get("t", "me", ["a0", "a1", "a2"])] == ["", "", ""]
+    assert [h.id for h in reopened.bm25_search("t", "me", "parent 1", 1)] == ["a1"]
+    reopened.upsert([_row(1).model_copy(update={"context": "asked about the harbour"})])
+    assert [h.id for h in reopened.bm25_search("t", "me", "harbour", 3)] == ["a1"]
     reopened.close()
 
 

@@ -10,6 +10,10 @@ Chinese and English, and a mix of both in one message: sentences end at ``.!?`` 
 words are counted with :func:`mnemoflow.lexical.word_count` (jieba words for Chinese, so 我喜欢徒步 is three
 words, not one); greetings, persona and instruction cues have a Chinese pattern beside the English one.
 
+Context: a statement is searched together with the other side's turn before it (``AtomDraft.context``, not
+shown), so that "Yes, twice, it was great!" is found by the words of the question it answered; a short answer to a
+question keeps that question in its text instead, where a reader needs it.
+
 Subject: when the message carries the speaker's ``name`` the atom starts with it (``Caroline: I went ...``), so a
 question that names the person finds the fact by BM25 and by embedding (on LoCoMo, prefixing the speaker raised
 dense recall@10 over raw turns from 0.378 to 0.565, issue 14). Time: a relative expression (yesterday, 上个月,
@@ -102,9 +106,15 @@ class HeuristicExtractor:
             when = resolve(text, msg.ts)
             prev = context[i - 1] if i > 0 else None
             answers = prev is not None and prev.role != "user" and ("?" in prev.content or "？" in prev.content)
+            follows = ""
             if answers and prev is not None and word_count(text) < SHORT_ANSWER_WORDS:
                 asker = f" {prev.name}" if prev.name else ""
                 text = f"{text} (answering{asker}: {prev.content.strip()[:CONTEXT_CHARS]})"
+            elif prev is not None and prev.role != "user" and prev.session == msg.session:
+                # what the other side said before, searched but not shown (AtomDraft.context); the user's own
+                # previous statement is an atom of its own, and as context it would find this one by its words
+                follows = f"{prev.name}: " if prev.name else ""
+                follows += prev.content.strip()[:CONTEXT_CHARS]
             kind, priority = classify(text)
             if when:
                 text = f"{text} {tag(when)}"
@@ -117,6 +127,7 @@ class HeuristicExtractor:
                     priority=priority,
                     source_message_ids=(msg.id,),
                     scene_name=previous_scene,
+                    context=follows,
                 )
             )
         return validate_drafts(drafts, window)

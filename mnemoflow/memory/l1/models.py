@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from mnemoflow.ports.vectors import AtomType
+from mnemoflow.ports.vectors import MAX_CONTEXT, AtomType, search_text
 
 MAX_CONTENT = 2000
 _SPACE = re.compile(r"\s+")
@@ -37,6 +37,12 @@ class AtomDraft(BaseModel):
     scene_name: str = ""
     activity_start: AwareDatetime | None = None
     activity_end: AwareDatetime | None = None
+    context: str = Field(default="", max_length=MAX_CONTEXT)
+    """What the statement followed (the turn before it), searched but not shown: see :func:`search_text`."""
+
+    @property
+    def search_text(self) -> str:
+        return search_text(self.content, self.context)
 
     def atom_id(self, tenant: str, user: str) -> str:
         """Deterministic id: the same draft from the same messages is the same atom on every re-run."""
@@ -57,6 +63,8 @@ class L1Record(BaseModel):
     source_message_ids: list[str]
     activity_start: AwareDatetime | None = None
     activity_end: AwareDatetime | None = None
+    context: str = ""
+    """The draft's search context (kept so that a reindex or an import finds the atom as extraction did)."""
     timestamps: list[AwareDatetime] = Field(description="When the facts were said (source message times)")
     created: AwareDatetime
     updated: AwareDatetime
@@ -71,6 +79,10 @@ class L1Record(BaseModel):
     deleted_at: AwareDatetime | None = None
     deleted_by: str | None = None
     """The operation that deleted the atom (a ``delete`` line folded in)."""
+
+    @property
+    def search_text(self) -> str:
+        return search_text(self.content, self.context)
 
     @property
     def live(self) -> bool:

@@ -27,7 +27,7 @@ from mnemoflow.memory.l1.records import RecordLog
 from mnemoflow.memory.l1.state import load_cursor, save_cursor
 from mnemoflow.memory.l1.window import Window, plan_windows
 from mnemoflow.ports import Clock, Embedder, FileStore
-from mnemoflow.ports.vectors import AtomRow, VectorStore
+from mnemoflow.ports.vectors import MAX_CONTEXT, AtomRow, VectorStore, search_text
 
 _COUNTERS = {"store": "stored", "update": "updated", "merge": "merged"}
 
@@ -129,7 +129,7 @@ class L1Pipeline:
                 drafts = await self._extractor.extract(user, window, cursor.last_scene) if window.new else []
             result.llm_calls += int(self._extractor.uses_llm and has_user_text)
             result.model_calls_needed += int(has_user_text)
-            vectors = self._embedder.embed([d.content for d in drafts]) if drafts else []
+            vectors = self._embedder.embed([d.search_text for d in drafts]) if drafts else []
             atoms = [NewAtom(d.atom_id(tenant, user), d, v) for d, v in zip(drafts, vectors, strict=True)]
             if proposed is not None:
                 proposed = {
@@ -180,7 +180,8 @@ class L1Pipeline:
             return
         log.append(records, supersede, now)
         changed = [p.content != p.atom.draft.content for p in writes]
-        fresh = iter(self._embedder.embed([p.content for p, c in zip(writes, changed, strict=True) if c]) or [])
+        texts = [search_text(p.content, p.atom.draft.context) for p, c in zip(writes, changed, strict=True) if c]
+        fresh = iter(self._embedder.embed(texts) or [])
         rows = [
             self.row(tenant, user, rec, next(fresh) if c else p.atom.vector, now)
             for p, rec, c in zip(writes, records, changed, strict=True)
@@ -211,6 +212,7 @@ class L1Pipeline:
             source_message_ids=list(dict.fromkeys(sources)),
             activity_start=d.activity_start,
             activity_end=d.activity_end,
+            context=d.context,
             timestamps=sorted(set(stamps)),
             created=now,
             updated=now,
@@ -230,6 +232,7 @@ class L1Pipeline:
             type=rec.type,
             priority=rec.priority,
             text=rec.content[:8000],
+            context=rec.context[:MAX_CONTEXT],
             vector=vector,
             created=rec.activity_start or rec.timestamps[0],
             updated=now,
