@@ -86,32 +86,36 @@ class L0Writer:
         return {_IDS.validate_json(line)["id"] for line in self._files.read_lines(path)}
 
     def write(self, events: Iterable[TurnEvent]) -> tuple[int, int]:
-        """Append the events not yet in L0, in order; returns (written, skipped as already applied)."""
+        """Append the events not yet in L0, in order; returns (written, skipped as already applied).
+
+        The cached ids of a day file gain an event's id before its line is on disk: if anything fails before that
+        file's append (reading another day, serialising, appending), the ids of every file not yet appended are
+        dropped, so the retry reloads them from disk instead of skipping events that were never written."""
         batches: dict[str, list[str]] = {}
-        skipped = 0
+        skipped = written = 0
+        done: set[str] = set()
         # A batch holds few users and days: each day file's path, lines and ids are looked up once per batch.
         days: dict[tuple[str, str, date], tuple[list[str], set[str]]] = {}
-        for event in events:
-            where = (event.tenant, event.user, event.ts.date())
-            day = days.get(where)
-            if day is None:
-                path = Layout.conversation_day(*where)
-                day = days[where] = (batches.setdefault(path, []), self._ids.get_or_load(path, self._load_ids))
-            lines, ids = day
-            if event.message_id in ids:
-                skipped += 1
-                continue
-            ids.add(event.message_id)
-            lines.append(l0_line(event))
-        written = 0
-        pending = [path for path, lines in batches.items() if lines]
         try:
-            for path in list(pending):
-                self._files.append_lines(path, batches[path])
-                written += len(batches[path])
-                pending.remove(path)
+            for event in events:
+                where = (event.tenant, event.user, event.ts.date())
+                day = days.get(where)
+                if day is None:
+                    path = Layout.conversation_day(*where)
+                    day = days[where] = (batches.setdefault(path, []), self._ids.get_or_load(path, self._load_ids))
+                lines, ids = day
+                if event.message_id in ids:
+                    skipped += 1
+                    continue
+                ids.add(event.message_id)
+                lines.append(l0_line(event))
+            for path, lines in batches.items():
+                if lines:
+                    self._files.append_lines(path, lines)
+                    written += len(lines)
+                done.add(path)
         except Exception:
-            for path in pending:  # their ids were cached but not written: reload those files on the retry
+            for path in batches.keys() - done:
                 self._ids.pop(path)
             raise
         return written, skipped

@@ -71,6 +71,30 @@ def test_a_failed_append_forgets_the_ids_it_had_not_written(tmp_path: Path) -> N
         assert [m.id for m in read_l0(files, "t", user)] == [mid]
 
 
+def test_a_failed_read_of_a_later_day_forgets_the_ids_of_the_earlier_ones(tmp_path: Path) -> None:
+    """The ids of the first user's file were cached before the second user's file failed to load: a retry must
+    still write the first user's event (helper found: it was skipped as already applied, and lost)."""
+    files = LocalFileStore(tmp_path)
+    writer = L0Writer(files)
+    writer.write([turn(0, user="a")])  # a's ids are cached now
+    real = files.read_lines
+
+    def failing(path: str):  # type: ignore[no-untyped-def]
+        if "/b/" in path:
+            raise OSError("read error")
+        return real(path)
+
+    files.read_lines = failing  # type: ignore[method-assign]
+    files.append_lines(Layout.conversation_day("t", "b", T0.date()), [l0_line(turn(9, user="b"))])
+    try:
+        writer.write([turn(1, user="a"), turn(2, user="b")])
+    except OSError:
+        pass
+    files.read_lines = real  # type: ignore[method-assign]
+    assert writer.write([turn(1, user="a"), turn(2, user="b")]) == (2, 0)
+    assert [m.id for m in read_l0(files, "t", "a")] == ["m0", "m1"]
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.integers(0, 30), max_size=60), st.integers(1, 3))
 def test_any_redelivery_pattern_yields_each_id_once_in_first_seen_order(ids: list[int], cache: int) -> None:
