@@ -30,13 +30,18 @@ def alive_nodes() -> list[str]:
     return sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
 
 
+def home_node(index: int, nodes: Sequence[str]) -> str:
+    """The node shard ``index`` belongs on: the ``index``-th of ``nodes`` (sorted node ids), round robin."""
+    return nodes[index % len(nodes)]
+
+
 def spread_over_nodes(index: int, nodes: Sequence[str]) -> Any:
-    """Shard ``index`` on the ``index``-th alive node (round robin), softly: losing a node moves only its shards,
-    and a shard whose node is gone restarts on another. Ray's "SPREAD" was seen to put all four shards of a
-    two-node cluster on one node (zero-CPU actors), which would make that node's loss stop every session."""
+    """Shard ``index`` on its :func:`home_node`, softly: losing a node moves only its shards, and a shard whose
+    node is gone restarts on another. Ray's "SPREAD" was seen to put all four shards of a two-node cluster on one
+    node (zero-CPU actors), which would make that node's loss stop every session."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return NodeAffinitySchedulingStrategy(nodes[index % len(nodes)], soft=True) if nodes else "DEFAULT"
+    return NodeAffinitySchedulingStrategy(home_node(index, nodes), soft=True) if nodes else "DEFAULT"
 
 
 def _node_of(actor: object) -> str:
@@ -90,11 +95,10 @@ def build_shards(
 
     handles = [create(i) for i in range(settings.session_shards)]
     deadline = time.monotonic() + placement_timeout
-    while True:
+    while nodes:  # no node listed: nothing to place against (the DEFAULT strategy was used)
         placed = ray.get([handles[i].__ray_call__.remote(_node_of) for i in fresh])
         alive = set(alive_nodes())
-        wanted = {i: nodes[i % len(nodes)] for i in fresh} if nodes else {}
-        misplaced = [i for i, node in zip(fresh, placed, strict=True) if wanted[i] != node and wanted[i] in alive]
+        misplaced = [i for i, node in zip(fresh, placed, strict=True) if home_node(i, nodes) in alive - {node}]
         if not misplaced:
             break
         if time.monotonic() > deadline:

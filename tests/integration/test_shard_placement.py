@@ -38,14 +38,14 @@ def two_nodes() -> Iterator[Any]:
 def test_shards_land_round_robin_on_the_nodes_and_a_second_build_keeps_them(two_nodes: Any, tmp_path: Path) -> None:
     import ray
 
-    from actors.placement import _node_of, alive_nodes, build_shards
+    from actors.placement import _node_of, alive_nodes, build_shards, home_node
 
     settings = Settings(data_dir=tmp_path, session_shards=4, ray_namespace="placement-test")
     nodes = alive_nodes()
     assert len(nodes) == 2
     handles = build_shards(settings)
     placed = ray.get([h.__ray_call__.remote(_node_of) for h in handles])
-    assert placed == [nodes[i % 2] for i in range(4)]
+    assert placed == [home_node(i, nodes) for i in range(4)] and set(placed) == set(nodes)
     pids = ray.get([h.__ray_call__.remote(lambda self: __import__("os").getpid()) for h in handles])
 
     again = build_shards(settings)  # the same named actors, not new ones
