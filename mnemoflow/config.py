@@ -130,6 +130,12 @@ class Settings(BaseSettings):
     l2_min_interval_seconds: float = Field(900.0, ge=0, description="At most one L2 pass per user per interval.")
     l2_max_interval_seconds: float = Field(3600.0, gt=0)
     l1_tick_seconds: float = Field(5.0, gt=0, description="How often a worker fires due idle/retry triggers.")
+    l1_trigger_checkpoint_seconds: float = Field(
+        1.0,
+        ge=0,
+        description="How often a worker writes the per-user counts of turns since the last L1 pass (0: with every "
+        "batch). A crash loses at most this much counting: those turns are extracted at a later trigger, not lost.",
+    )
     worker_session_timeout: float = Field(
         30.0, ge=6, description="Seconds before Kafka gives a dead worker's partitions to another (also a restart)."
     )

@@ -115,7 +115,7 @@ def build_app(
     )
     to_record = raw_record if tracing is None else traced_record
     files = LocalFileStore(settings.data_dir, fsync=settings.fsync_files)
-    scheduler = L1Scheduler(files)
+    scheduler = L1Scheduler(files, checkpoint_s=settings.l1_trigger_checkpoint_seconds)
     schedule_l1 = settings.l1_enabled and run_l1 is not None
     on_turns = TurnsHandler(ctx, files, scheduler if schedule_l1 else None)
     on_tool_results = ToolResultsHandler(ctx, files, notify_shards)
@@ -136,6 +136,10 @@ def build_app(
         # Another worker may own these partitions' users and sessions now: never trust the caches again.
         for handler in (on_turns, on_tool_results, on_jobs):
             await handler.forget()
+
+    @app.on_before_shutdown.connect
+    async def _flush(app: faust.App, **kwargs: Any) -> None:
+        await on_jobs.flush()
 
     async def handled(
         topic: str, records: Sequence[Any], handle: Callable[[list[RawRecord]], Awaitable[Outcome]]

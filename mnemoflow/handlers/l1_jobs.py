@@ -72,8 +72,19 @@ class L1JobsHandler:
             return Outcome()
 
     async def forget(self) -> None:
-        """Another worker may own these users now: drop the wake-ups this one knew."""
-        await self._ctx.blocking(self._scheduler.forget)
+        """Another worker may own these users now: checkpoint the turn counts, drop the wake-ups this one knew."""
+        await self._checkpoint(self._scheduler.forget)
+
+    async def flush(self) -> None:
+        """A stopping worker writes the turn counts it has not checkpointed yet."""
+        await self._checkpoint(self._scheduler.flush)
+
+    async def _checkpoint(self, fn: Callable[[datetime], None]) -> None:
+        now = self._ctx.clock.now()
+        try:
+            await self._ctx.blocking(lambda: fn(now))
+        except Exception as exc:  # noqa: BLE001 - the counts are derived from L0 and the cursor: late, not lost
+            log.warning("L1 trigger counts not checkpointed: %s", exc)
 
     async def _scheduled(self, fn: Callable[[], T], what: str) -> T:
         """Scheduler work (trigger state in files) on the writer thread, with the retry policy."""

@@ -74,6 +74,44 @@ def test_a_users_trigger_state_is_read_once_then_kept_until_the_partition_is_rev
     for i in range(3):
         sched.on_turns([turn(i)], NOW)
     assert files.reads == 1 and load_triggers(files, "t", "u").pending == 3
-    sched.forget()
+    sched.forget(NOW)
     sched.on_turns([turn(3)], NOW)
     assert files.reads == 3  # read again after forget (the load_triggers above was the second)
+
+
+def test_turn_counts_are_checkpointed_and_a_crash_makes_the_trigger_late_not_lost(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    every_5 = L1Triggers(TriggerConfig(every_n=5, warmup=False))
+    sched = L1Scheduler(files, every_5, checkpoint_s=1.0)
+    sched.on_turns([turn(0)], NOW)  # the first batch of a worker writes: nothing saved yet to compare against
+    sched.on_turns([turn(1), turn(2)], NOW + timedelta(seconds=0.5))
+    assert load_triggers(files, "t", "u").pending == 1  # counted in memory, not written yet
+    sched.on_turns([turn(3, user="v")], NOW + timedelta(seconds=1.0))  # the checkpoint writes every unsaved user
+    assert load_triggers(files, "t", "u").pending == 3 and load_triggers(files, "t", "v").pending == 1
+
+    sched.on_turns([turn(4)], NOW + timedelta(seconds=1.2))  # then the worker crashes: this count is lost
+    successor = L1Scheduler(files, every_5, checkpoint_s=1.0)
+    assert successor.on_turns([turn(5)], NOW + timedelta(seconds=2)) == []  # 4 counted of the 5 said
+    [job] = successor.on_turns([turn(6)], NOW + timedelta(seconds=3))  # one turn late; the pass reads all of L0
+    assert job.reason == "threshold"
+
+
+def test_a_revoked_or_stopping_worker_writes_its_unsaved_counts(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    sched = L1Scheduler(files, L1Triggers(TriggerConfig(warmup=False)), checkpoint_s=60.0)
+    sched.on_turns([turn(0)], NOW)
+    sched.on_turns([turn(1)], NOW + timedelta(seconds=1))
+    sched.flush(NOW + timedelta(seconds=2))
+    assert load_triggers(files, "t", "u").pending == 2
+    sched.on_turns([turn(2, user="v")], NOW + timedelta(seconds=3))
+    sched.forget(NOW + timedelta(seconds=4))
+    assert load_triggers(files, "t", "v").pending == 1
+
+
+def test_the_wake_up_tick_checkpoints_a_worker_that_gets_no_more_turns(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    sched = L1Scheduler(files, L1Triggers(TriggerConfig(warmup=False, idle_s=600)), checkpoint_s=60.0)
+    sched.on_turns([turn(0)], NOW)
+    sched.on_turns([turn(1)], NOW + timedelta(seconds=1))
+    assert sched.due(NOW + timedelta(seconds=5)) == []
+    assert load_triggers(files, "t", "u").pending == 2

@@ -5,12 +5,19 @@
 keeps an in-memory index of wake-up times so a periodic ``due`` call can fire idle and retry triggers. The
 index is a cache: after a restart a user's wake-up is known again from its next turn, and a user seen again
 after a restart re-derives it from the persisted state.
+
+Counting turns is checkpointed, not written per batch (``checkpoint_s``). Why: the per-user state file written
+with every capture batch was most of what a worker spent per event beyond the L0 append (issue 9), yet the count
+it holds is derived data. L0 and the extraction cursor are the truth: a pass extracts every line past the cursor
+whatever the count said, so a crash that loses the last ``checkpoint_s`` of counts makes the successor trigger
+later, never lose or skip a turn. The transitions around a pass (session end, result, wake-ups) are rare and
+still written at once; a revoked partition or a stopping worker flushes what is unsaved.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
@@ -42,14 +49,24 @@ class L1Job(BaseModel):
 
 
 class L1Scheduler:
-    def __init__(self, files: FileStore, triggers: L1Triggers | None = None, max_wakeups: int = 100_000) -> None:
+    def __init__(
+        self,
+        files: FileStore,
+        triggers: L1Triggers | None = None,
+        max_wakeups: int = 100_000,
+        checkpoint_s: float = 0.0,
+    ) -> None:
         self._files = files
         self.triggers = triggers or L1Triggers()
         self._wake: dict[UserKey, datetime] = {}
         self._max_wakeups = max_wakeups
         self._states: LRU[UserKey, TriggerState] = LRU(max_wakeups)
-        """The states as last saved, so a batch does not read back every user's file: while this worker owns a
-        user's partition it alone writes the user's state."""
+        """The current states, so a batch does not read back every user's file: while this worker owns a user's
+        partition it alone writes the user's state."""
+        self._checkpoint = timedelta(seconds=checkpoint_s)
+        self._unsaved: dict[UserKey, TriggerState] = {}
+        """States counted by ``on_turns`` since the last checkpoint (bounded: a full map is written at once)."""
+        self._saved_at: datetime | None = None
 
     def _load(self, key: UserKey) -> TriggerState:
         return self._states.get_or_load(key, self._read)
@@ -63,15 +80,37 @@ class L1Scheduler:
             return state.model_copy(update={"running": False, "inflight": 0})
         return state
 
-    def _settle(self, settled: list[tuple[UserKey, TriggerState, Decision]], now: datetime) -> list[L1Job]:
-        """Persist the new states (one write for the batch of users), index their wake-ups, return the due runs."""
-        states = {key: state for key, state, _ in settled}
+    def _save(self, states: dict[UserKey, TriggerState], now: datetime) -> None:
+        """Write ``states`` and whatever is unsaved (one write for the batch of users). On failure the caller
+        retries its transition from the files, where some may hold the new state and some the old: ``states`` are
+        read again; earlier unsaved states stay unsaved (their transitions are done)."""
         try:
-            save_triggers(self._files, states)
+            save_triggers(self._files, {**self._unsaved, **states})
         except Exception:
-            for key in states:  # some files may hold the new state, some the old: read them again
+            for key in states:
                 self._states.pop(key)
+                self._unsaved.pop(key, None)
             raise
+        self._unsaved = {}
+        self._saved_at = now
+
+    def _checkpoint_due(self, now: datetime) -> bool:
+        return (
+            self._saved_at is None
+            or now - self._saved_at >= self._checkpoint
+            or len(self._unsaved) >= self._max_wakeups
+        )
+
+    def _settle(
+        self, settled: list[tuple[UserKey, TriggerState, Decision]], now: datetime, defer: bool = False
+    ) -> list[L1Job]:
+        """Persist the new states (or, ``defer``, leave them to the next checkpoint), index their wake-ups,
+        return the due runs."""
+        states = {key: state for key, state, _ in settled}
+        if defer and not self._checkpoint_due(now):
+            self._unsaved.update(states)
+        else:
+            self._save(states, now)
         jobs = []
         for key, state, decision in settled:
             self._states.put(key, state)
@@ -94,7 +133,7 @@ class L1Scheduler:
             if event.role == "user":
                 counts[(event.tenant, event.user)] = counts.get((event.tenant, event.user), 0) + 1
         settled = [(key, *self.triggers.on_turns(self._load(key), now, n)) for key, n in counts.items()]
-        return self._settle(settled, now)
+        return self._settle(settled, now, defer=True)
 
     def on_session_end(self, tenant: str, user: str, now: datetime) -> L1Job | None:
         state, decision = self.triggers.on_session_end(self._load((tenant, user)), now)
@@ -114,7 +153,10 @@ class L1Scheduler:
     def due(self, now: datetime) -> list[L1Job]:
         """Fire the wake-ups whose time has come (idle extraction, retries after a failure)."""
         due = [k for k, at in self._wake.items() if at <= now]
-        return self._settle([(key, *self.triggers.on_tick(self._load(key), now)) for key in due], now)
+        settled = [(key, *self.triggers.on_tick(self._load(key), now)) for key in due]
+        if settled or self._unsaved:  # the periodic tick is also the checkpoint of a worker with no new turns
+            return self._settle(settled, now)
+        return []
 
     def on_result(
         self, tenant: str, user: str, now: datetime, error: str | None = None
@@ -127,7 +169,17 @@ class L1Scheduler:
             state, decision = self.triggers.on_failure(state, now, error)
         return self._settle_one((tenant, user), state, decision, now), decision.dead_letter
 
-    def forget(self) -> None:
-        """Drop the wake-up index and what this worker knew (another worker may own these users now)."""
-        self._wake.clear()
-        self._states.clear()
+    def flush(self, now: datetime) -> None:
+        """Write the states counted since the last checkpoint (a stopping worker, a revoked partition)."""
+        if self._unsaved:
+            self._save({}, now)
+
+    def forget(self, now: datetime) -> None:
+        """Flush, then drop the wake-up index and what this worker knew (another worker may own these users
+        now). A failed flush only makes their next trigger late: it is logged by the caller, the caches go."""
+        try:
+            self.flush(now)
+        finally:
+            self._unsaved = {}
+            self._wake.clear()
+            self._states.clear()
