@@ -2,7 +2,8 @@
 
 1. The aiokafka transport's consumer hands a fetched batch to the conductor in one task (below), and the records
    of a batch topic straight to its handler (:meth:`App.batch_agent`); the fetch's records are iterated as a list,
-   not through faust's per-record async generator (``BatchDrainConsumer._deliver``).
+   not through faust's per-record async generator (``BatchDrainConsumer._deliver``), and acknowledged as one batch
+   with one tracked record per partition (``BatchDrainConsumer._ack_batch``).
 2. :class:`RawBytes` gives the handlers the record's bytes without faust's serializer registry (codec lookup,
    ``loads_key``/``loads_value`` dispatch: 6% of a worker's CPU for an identity function).
 3. :class:`App` does not register faust's ``Monitor`` as a sensor: it kept per-event statistics (four callbacks
@@ -33,7 +34,9 @@ from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as aiokafka_driver
 from faust.types import TP
 from faust.types.transports import ConsumerT, TransportT
+from faust.types.tuples import ack_lock
 from mode import Service, ServiceT
+from mode.utils.futures import notify
 
 BatchHandler = Callable[[list[Any]], Awaitable[None]]
 """Takes a batch of faust ``Message`` records of one topic; returns once their effects are durable."""
@@ -92,36 +95,38 @@ class BatchDrainConsumer(aiokafka_driver.Consumer):
             return
         batch_handlers = getattr(self.app, "batch_handlers", {})
         collected: dict[str, list[Any]] = {}
+        tracked: list[Any] = []
         try:
-            await self._iterate(self.scheduler.iterate(records), active_partitions, collected, batch_handlers)
+            await self._iterate(self.scheduler.iterate(records), active_partitions, collected, tracked, batch_handlers)
         except BaseException:
             # A rebalance cancels the delivery mid-fetch: the records collected but not yet handed to a handler are
             # neither handled nor acknowledged, and must not stay tracked, or the revocation's ``wait_empty`` waits
             # for them forever (seen in a clean-clone run). Not acknowledged, they are fetched again.
-            self._untrack(collected)
+            self._untrack(tracked)
             raise
         if collected:
             # Shielded: a rebalance cancels the delivery, but a batch already handed to the writer finishes and is
             # acknowledged (the revocation waits for it), as an agent's batch in flight did.
-            await asyncio.shield(self._handle_batches(collected, batch_handlers))
+            await asyncio.shield(self._handle_batches(collected, tracked, batch_handlers))
 
-    def _untrack(self, collected: dict[str, list[Any]]) -> None:
-        for messages in collected.values():
-            for message in messages:
-                if not message.acked:
-                    self._unacked_messages.discard(message)
+    def _untrack(self, tracked: list[Any]) -> None:
+        for message in tracked:
+            self._unacked_messages.discard(message)
 
     async def _iterate(
         self,
         records: Iterator[tuple[TP, Any]],
         active_partitions: set[TP] | None,
         collected: dict[str, list[Any]],
+        tracked: list[Any],
         batch_handlers: dict[str, Any],
     ) -> None:
+        """``tracked`` gets the first record of each partition that feeds a batch handler (see :meth:`_ack_batch`)."""
         app = self.app
         generation_id = app.consumer_generation_id
         to_message = self._to_message
         end_offset_tracked: set[TP] = set()
+        batch_tracked: set[TP] = set()
         callback = self.callback
         read_offset = self._read_offset
         acks_enabled_for = app.topics.acks_enabled_for
@@ -158,21 +163,53 @@ class BatchDrainConsumer(aiokafka_driver.Consumer):
                 self._n_acked = 0
                 await self.commit()
             if tp.topic in batch_handlers:
-                self.track_message(message)  # a revocation waits until the handler acknowledged it
+                if tp in batch_tracked:
+                    self._on_message_in(tp, offset, message)  # track_message's sensor call, without the tracking
+                else:  # a revocation waits until the handler acknowledged the batch
+                    batch_tracked.add(tp)
+                    self.track_message(message)
+                    tracked.append(message)
                 collected.setdefault(tp.topic, []).append(message)
             else:
                 await callback(message)
             read_offset[tp] = offset
 
-    async def _handle_batches(self, collected: dict[str, list[Any]], handlers: dict[str, BatchHandler]) -> None:
+    async def _handle_batches(
+        self, collected: dict[str, list[Any]], tracked: list[Any], handlers: dict[str, BatchHandler]
+    ) -> None:
         try:
             for topic, messages in collected.items():
                 await handlers[topic](messages)
-                for message in messages:
-                    self.ack(message)
-        except BaseException:
-            self._untrack(collected)  # the worker crashes on this; nothing may wait for these records meanwhile
-            raise
+                self._ack_batch(messages)
+        finally:  # acknowledged, or the worker crashes on the error: nothing may wait for these records
+            self._untrack(tracked)
+
+    def _ack_batch(self, messages: list[Any]) -> None:
+        """faust's :meth:`Consumer.ack` for one topic's records of a fetch, under one lock and one notify.
+
+        Why: tracking and acknowledging each record (a ``WeakSet`` add and discard, the lock, the topic's ack
+        setting, a notify) was 14% of a capture worker's CPU in a profile. A batch is acknowledged all at once, so
+        one tracked record per partition holds a revocation's ``wait_empty`` exactly as long as tracking every
+        record did; the offsets are recorded as faust records them, so commits are unchanged.
+        """
+        with ack_lock:
+            enabled = self.app.topics.acks_enabled_for(messages[0].topic)
+            committed_offsets, acked_index, acked = self._committed_offset, self._acked_index, self._acked
+            n_acked = 0
+            for message in messages:
+                if message.acked:
+                    continue
+                message.acked = True
+                if not enabled:
+                    continue
+                tp, offset = message.tp, message.offset
+                committed, index = committed_offsets[tp], acked_index[tp]
+                if (committed is None or offset >= committed) and offset not in index:
+                    index.add(offset)
+                    acked[tp].append(offset)
+                    n_acked += 1
+            self._n_acked += n_acked
+            notify(self._waiting_for_ack)
 
 
 class Transport(aiokafka_driver.Transport):
