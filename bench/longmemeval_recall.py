@@ -21,6 +21,13 @@ the assistant said) are out of its reach by design; they are reported, not hidde
 
     python bench/longmemeval_recall.py --quick     # 6 questions, one per type
     python bench/longmemeval_recall.py             # all 60
+    python bench/longmemeval_recall.py --work DIR  # keep the workspace in DIR; run again to resume
+
+Why ``--work``: the full run takes about an hour of a quiet 2-core machine (e5 embeds every long turn). With it the
+files, both indexes and one record per finished question (``DIR/questions.jsonl``) stay in DIR, and a run with
+the same DIR skips the finished questions and reports all of them. A resumed run scores exactly as one run would:
+every earlier question's user is still in the indexes (BM25's statistics span the index), and a question cut
+short is replayed idempotently (L0 skips known message ids, L1 continues from its cursor, rows are upserted).
 
 Writes ``bench/results/longmemeval_recall.json`` (``longmemeval_recall-quick.json`` with ``--quick``).
 """
@@ -171,6 +178,7 @@ def main() -> None:
     ap.add_argument("--eval-dir", default=str(ROOT.parent / "shared" / "eval"))
     ap.add_argument("--embedder", choices=["e5", "minilm"], default=Settings().embedder)
     ap.add_argument("--out")
+    ap.add_argument("--work", help="keep the workspace here and resume from it (see the module docstring)")
     args = ap.parse_args()
     items = json.loads((Path(args.eval_dir) / "longmemeval" / "longmemeval-s-dev.json").read_text())
     if args.quick:
@@ -184,69 +192,103 @@ def main() -> None:
         else ROOT / "bench" / "results" / ("longmemeval_recall-quick.json" if args.quick else "longmemeval_recall.json")
     )
     embedder = build_embedder(Settings(embedder=args.embedder))
-    # scores[measure][system][question_type] -> hits
-    scores: dict[str, dict[str, dict[str, list[int]]]] = {
-        m: {s: defaultdict(list) for s in SYSTEMS} for m in ("turn10", "turn10_budget", "session5")
-    }
-    counts = {"turns": 0, "atoms": 0, "passes": 0, "no_evidence_turns": 0}
-    sources_per_atom: list[int] = []
-    t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="mnemoflow-lme-") as tmp:
-        files, store, raw = workspace(Path(tmp), embedder)
-        clock = TurnClock()
-        pipeline = L1Pipeline(
-            files=files,
-            store=store,
-            embedder=embedder,
-            extractor=HeuristicExtractor(),
-            judge=HeuristicJudge(),
-            clock=clock,
-        )
-        recaller = Recaller(store=store, embedder=embedder, files=files)
-        for n, item in enumerate(items, start=1):
-            user, turns = safe(f"q-{item['question_id']}"), turns_of(item)
-            counts["passes"] += asyncio.run(ingest(user, turns, files, pipeline, clock))
-            raw.upsert(raw_rows(user, turns, embedder))
-            counts["turns"] += len(turns)
-            counts["atoms"] += store.count(TENANT, user)
-            evidence = {t["id"] for t in turns if t["evidence"]}
-            session_of = {t["id"]: t["session"] for t in turns}
-            answer_sessions = set(item["answer_session_ids"])
-            budget = round(10 * statistics.mean(count_tokens(t["text"]) for t in turns))
-            (vec,) = embedder.embed_query([item["question"]])
-            q = item["question"]
-            ranked = {
-                "hybrid": recaller.hits(
-                    TENANT, user, q, vec, RECIPES["hybrid_rrf"], DEPTH, when(item["question_date"])
-                ),
-                "bm25_raw": raw.bm25_search("raw", user, q, DEPTH),
-                "dense_raw": raw.dense_search("raw", user, vec, DEPTH),
-                "hybrid_raw": raw.search("raw", user, q, vec, DEPTH),
-            }
-            sources_per_atom += [len(h.row.source_message_ids) for h in ranked["hybrid"][:10]]
-            kind = item["question_type"]
-            for s, hits in ranked.items():
-                items_ = [(h.row.text, h.row.source_message_ids) for h in hits]
-                sessions = [{session_of[m] for m in src if m in session_of} for _, src in items_[:5]]
-                scores["session5"][s][kind].append(int(any(answer_sessions & x for x in sessions)))
-                if evidence:
-                    scores["turn10"][s][kind].append(int(any(evidence & set(src) for _, src in items_[:10])))
-                    kept = within(items_, budget)
-                    scores["turn10_budget"][s][kind].append(int(any(evidence & set(src) for _, src in kept)))
-            counts["no_evidence_turns"] += not evidence
-            print(
-                f"[{n}/{len(items)}] {kind:26} turns {len(turns):4}  atoms {store.count(TENANT, user):4}  "
-                + "  ".join(f"{s} {scores['turn10'][s][kind][-1] if evidence else '-'}" for s in SYSTEMS),
-                flush=True,
-            )
-    elapsed = time.perf_counter() - t0
+        records = measure(items, Path(args.work) if args.work else Path(tmp), embedder)
+    report(items, records, embedder, out)
 
+
+def measure(items: list[dict[str, Any]], work: Path, embedder: Embedder) -> list[dict[str, Any]]:
+    """One record per question (its hits per measure and system, counts, seconds), those of a previous run in
+    ``work`` included; each new record is appended to ``work/questions.jsonl`` as soon as it is measured."""
+    work.mkdir(parents=True, exist_ok=True)
+    done_file = work / "questions.jsonl"
+    done = {}
+    if done_file.exists():
+        for line in done_file.read_text().splitlines():
+            record = json.loads(line)
+            if record["embedder"] != embedder.model_id:
+                raise SystemExit(f"{work} holds a run with {record['embedder']}, not {embedder.model_id}")
+            done[record["question_id"]] = record
+    files, store, raw = workspace(work, embedder)
+    if done:
+        print(f"resuming in {work}: {len(done)} of {len(items)} questions measured already", flush=True)
+    clock = TurnClock()
+    pipeline = L1Pipeline(
+        files=files,
+        store=store,
+        embedder=embedder,
+        extractor=HeuristicExtractor(),
+        judge=HeuristicJudge(),
+        clock=clock,
+    )
+    recaller = Recaller(store=store, embedder=embedder, files=files)
+    records = []
+    for n, item in enumerate(items, start=1):
+        if item["question_id"] in done:
+            records.append(done[item["question_id"]])
+            continue
+        started = time.perf_counter()
+        user, turns = safe(f"q-{item['question_id']}"), turns_of(item)
+        passes = asyncio.run(ingest(user, turns, files, pipeline, clock))
+        raw.upsert(raw_rows(user, turns, embedder))
+        evidence = {t["id"] for t in turns if t["evidence"]}
+        session_of = {t["id"]: t["session"] for t in turns}
+        answer_sessions = set(item["answer_session_ids"])
+        budget = round(10 * statistics.mean(count_tokens(t["text"]) for t in turns))
+        (vec,) = embedder.embed_query([item["question"]])
+        q = item["question"]
+        ranked = {
+            "hybrid": recaller.hits(TENANT, user, q, vec, RECIPES["hybrid_rrf"], DEPTH, when(item["question_date"])),
+            "bm25_raw": raw.bm25_search("raw", user, q, DEPTH),
+            "dense_raw": raw.dense_search("raw", user, vec, DEPTH),
+            "hybrid_raw": raw.search("raw", user, q, vec, DEPTH),
+        }
+        hits: dict[str, dict[str, int]] = {"turn10": {}, "turn10_budget": {}, "session5": {}}
+        for system, found in ranked.items():
+            listed = [(h.row.text, h.row.source_message_ids) for h in found]
+            sessions = [{session_of[m] for m in src if m in session_of} for _, src in listed[:5]]
+            hits["session5"][system] = int(any(answer_sessions & x for x in sessions))
+            if evidence:
+                hits["turn10"][system] = int(any(evidence & set(src) for _, src in listed[:10]))
+                kept = within(listed, budget)
+                hits["turn10_budget"][system] = int(any(evidence & set(src) for _, src in kept))
+        record = {
+            "question_id": item["question_id"],
+            "question_type": item["question_type"],
+            "embedder": embedder.model_id,
+            "hits": hits,
+            "sources_per_atom": [len(h.row.source_message_ids) for h in ranked["hybrid"][:10]],
+            "turns": len(turns),
+            "atoms": store.count(TENANT, user),
+            "passes": passes,
+            "has_evidence": bool(evidence),
+            "seconds": round(time.perf_counter() - started, 1),
+        }
+        with done_file.open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
+        records.append(record)
+        print(
+            f"[{n}/{len(items)}] {item['question_type']:26} turns {len(turns):4}  atoms {record['atoms']:4}  "
+            + "  ".join(f"{s} {hits['turn10'].get(s, '-')}" for s in SYSTEMS)
+            + f"  {record['seconds']:.0f} s",
+            flush=True,
+        )
+    return records
+
+
+def report(items: list[dict[str, Any]], records: list[dict[str, Any]], embedder: Embedder, out: Path) -> None:
     def table(measure: str) -> dict[str, Any]:
-        per = scores[measure]
+        per: dict[str, dict[str, list[int]]] = {s: defaultdict(list) for s in SYSTEMS}
+        for r in records:
+            for system, hit in r["hits"][measure].items():
+                per[system][r["question_type"]].append(hit)
         res: dict[str, Any] = {s: mean([x for v in per[s].values() for x in v]) for s in SYSTEMS}
         res["by_type"] = {k: {s: mean(per[s][k]) for s in SYSTEMS} for k in sorted(per["hybrid"])}
         return res
 
+    sources_per_atom = [n for r in records for n in r["sources_per_atom"]]
+    elapsed = sum(r["seconds"] for r in records)
+    counts = {k: sum(r[k] for r in records) for k in ("turns", "atoms", "passes")}
     result: dict[str, Any] = {
         "turn_recall_at_10": table("turn10"),
         "turn_recall_at_10_budgeted": table("turn10_budget"),
@@ -257,7 +299,7 @@ def main() -> None:
             "dense_raw": 1.0,
         },
         "questions": len(items),
-        "questions_without_evidence_turns": counts["no_evidence_turns"],
+        "questions_without_evidence_turns": sum(not r["has_evidence"] for r in records),
         "turns": counts["turns"],
         "atoms": counts["atoms"],
         "l1_passes": counts["passes"],
