@@ -49,8 +49,8 @@ def search_text(text: str, context: str) -> str:
 
     Why apart from the text: a statement such as "Yes, twice, it was great!" means something only after the turn
     it answers. Embedding and BM25 over text plus context find it by the question's words (on LoCoMo's raw turns,
-    adding the turn before raised hybrid recall@10 from 0.672 to 0.727), while recall shows the text alone, so an
-    atom costs the prompt no more tokens than before."""
+    adding the turn before raised hybrid recall@10 from 0.672 to 0.727, the two turns before to 0.770), while
+    recall shows the text alone, so an atom costs the prompt no more tokens than before."""
     return f"{text}\n{context}" if context else text
 
 

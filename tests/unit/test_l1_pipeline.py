@@ -258,3 +258,41 @@ def test_atoms_carry_the_resolved_time_of_relative_expressions(files, store) -> 
         "Yesterday I finally finished restoring the old motorbike. (event: 2026-01-31)",
         "下周六我们全家要去杭州看西湖。 (event: 2026-02-07)",
     ]
+
+
+def test_heuristic_atoms_are_searched_with_the_two_turns_before_them_in_their_session(files, store) -> None:
+    """AtomDraft.context: the two previous turns of the session, whoever said them, oldest first, never shown; a
+    short answer keeps the question in its text and the turn before the question as context."""
+    turns = [
+        ("s1", "user", "Ana", "I trained for the Lisbon marathon all spring."),
+        ("s2", "user", "Ana", "I finally bought the red road bike I wanted."),
+        ("s2", "assistant", "Bo", "Nice, what made you pick that one over the others?"),
+        ("s2", "user", "Ana", "It was the lightest frame in the shop, and the only one left in my size."),
+        ("s2", "assistant", "Bo", "Did you ride it to work?"),
+        ("s2", "user", "Ana", "Yes, twice this week already."),
+    ]
+    L0Writer(files).write(
+        [
+            TurnEvent(
+                tenant="t",
+                message_id=f"m{i}",
+                user="u",
+                session=session,
+                role=role,
+                name=name,
+                content=text,
+                ts=T0 + timedelta(minutes=i),
+            )
+            for i, (session, role, name, text) in enumerate(turns)
+        ]
+    )
+    asyncio.run(pipeline(files, store).run("t", "u"))
+    records = {r.source_message_ids[0]: r for r in RecordLog(files, "t", "u").read()}
+    assert records["m0"].context == ""
+    assert records["m1"].context == ""  # the turn before is another session's
+    assert records["m3"].context == (
+        "Ana: I finally bought the red road bike I wanted.\nBo: Nice, what made you pick that one over the others?"
+    )
+    assert "(answering Bo: Did you ride it to work?)" in records["m5"].content
+    assert records["m5"].context == "Ana: It was the lightest frame in the shop, and the only one left in my size."
+    assert all("\n" not in r.content and r.content.startswith("Ana: ") for r in records.values())

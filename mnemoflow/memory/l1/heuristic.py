@@ -10,9 +10,12 @@ Chinese and English, and a mix of both in one message: sentences end at ``.!?`` 
 words are counted with :func:`mnemoflow.lexical.word_count` (jieba words for Chinese, so 我喜欢徒步 is three
 words, not one); greetings, persona and instruction cues have a Chinese pattern beside the English one.
 
-Context: a statement is searched together with the other side's turn before it (``AtomDraft.context``, not
-shown), so that "Yes, twice, it was great!" is found by the words of the question it answered; a short answer to a
-question keeps that question in its text instead, where a reader needs it.
+Context: a statement is searched together with the two turns before it in its session, whoever said them
+(``AtomDraft.context``, not shown), so that "Yes, twice, it was great!" is found by the words of the question it
+answered and of what that question was about. On LoCoMo's raw turns (e5, hybrid recall@10) no context gave 0.672,
+the turn before 0.727, the two turns before 0.770 (the turn after as well: 0.771, but an atom is extracted before
+the next turn exists). A short answer to a question keeps that question in its text instead, where a reader needs
+it, and the turn before the question as context. Each context turn is cut to ``CONTEXT_CHARS``.
 
 Subject: when the message carries the speaker's ``name`` the atom starts with it (``Caroline: I went ...``), so a
 question that names the person finds the fact by BM25 and by embedding (on LoCoMo, prefixing the speaker raised
@@ -26,6 +29,7 @@ from __future__ import annotations
 import re
 
 from mnemoflow.lexical import terms, word_count
+from mnemoflow.memory.l0 import L0Message
 from mnemoflow.memory.l1.dedup import JudgeItem
 from mnemoflow.memory.l1.event_time import resolve, tag
 from mnemoflow.memory.l1.extract import validate_drafts
@@ -67,6 +71,7 @@ _PERSONA_ZH = re.compile(
 MIN_WORDS = 4
 SHORT_ANSWER_WORDS = 12
 CONTEXT_CHARS = 200
+CONTEXT_TURNS = 2
 MAX_CONTENT = 1000
 
 
@@ -89,6 +94,18 @@ def statement(text: str) -> str:
     return out
 
 
+def search_context(before: list[L0Message], session: str, n: int = CONTEXT_TURNS) -> str:
+    """The last ``n`` turns of ``before`` in ``session``, oldest first, each named and cut to ``CONTEXT_CHARS``.
+
+    Searched with the atom, never shown (``AtomDraft.context``)."""
+    turns: list[str] = []
+    for m in reversed(before):
+        if m.session != session or len(turns) >= n:
+            break
+        turns.append((f"{m.name}: " if m.name else "") + m.content.strip()[:CONTEXT_CHARS])
+    return "\n".join(reversed(turns))
+
+
 class HeuristicExtractor:
     """One atom per substantive user statement; no model call."""
 
@@ -106,15 +123,12 @@ class HeuristicExtractor:
             when = resolve(text, msg.ts)
             prev = context[i - 1] if i > 0 else None
             answers = prev is not None and prev.role != "user" and ("?" in prev.content or "？" in prev.content)
-            follows = ""
-            if answers and prev is not None and word_count(text) < SHORT_ANSWER_WORDS:
+            folded = answers and prev is not None and word_count(text) < SHORT_ANSWER_WORDS
+            if folded and prev is not None:
                 asker = f" {prev.name}" if prev.name else ""
                 text = f"{text} (answering{asker}: {prev.content.strip()[:CONTEXT_CHARS]})"
-            elif prev is not None and prev.role != "user" and prev.session == msg.session:
-                # what the other side said before, searched but not shown (AtomDraft.context); the user's own
-                # previous statement is an atom of its own, and as context it would find this one by its words
-                follows = f"{prev.name}: " if prev.name else ""
-                follows += prev.content.strip()[:CONTEXT_CHARS]
+            skip = 1 if folded else 0  # a question folded into the text is one of the turns
+            follows = search_context(context[: i - skip], msg.session, CONTEXT_TURNS - skip)
             kind, priority = classify(text)
             if when:
                 text = f"{text} {tag(when)}"

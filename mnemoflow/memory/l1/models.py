@@ -38,7 +38,8 @@ class AtomDraft(BaseModel):
     activity_start: AwareDatetime | None = None
     activity_end: AwareDatetime | None = None
     context: str = Field(default="", max_length=MAX_CONTEXT)
-    """What the statement followed (the turn before it), searched but not shown: see :func:`search_text`."""
+    """What the statement followed (the heuristic engine: the two turns before it), searched but not shown: see
+    :func:`search_text`."""
 
     @property
     def search_text(self) -> str:
