@@ -253,11 +253,18 @@ def test_atoms_carry_the_resolved_time_of_relative_expressions(files, store) -> 
         ],
     )
     asyncio.run(pipeline(files, store).run("t", "u"))
-    contents = sorted(r.content for r in RecordLog(files, "t", "u").read())
-    assert contents == [
+    records = sorted(RecordLog(files, "t", "u").read(), key=lambda r: r.content)
+    assert [r.content for r in records] == [
         "Yesterday I finally finished restoring the old motorbike. (event: 2026-01-31)",
         "下周六我们全家要去杭州看西湖。 (event: 2026-02-07)",
     ]
+    # the event time is also data: the record's activity span, and the day the index dates the atom by
+    assert [(r.activity_start, r.activity_end) for r in records] == [
+        (datetime(2026, 1, 31, tzinfo=UTC), datetime(2026, 1, 31, 23, 59, 59, 999999, tzinfo=UTC)),
+        (datetime(2026, 2, 7, tzinfo=UTC), datetime(2026, 2, 7, 23, 59, 59, 999999, tzinfo=UTC)),
+    ]
+    rows = store.get("t", "u", [r.id for r in records])
+    assert sorted(r.created for r in rows) == [datetime(2026, 1, 31, tzinfo=UTC), datetime(2026, 2, 7, tzinfo=UTC)]
 
 
 def test_heuristic_atoms_are_searched_with_the_two_turns_before_them_in_their_session(files, store) -> None:

@@ -9,9 +9,11 @@ message's own (UTC) calendar. The result is a label at the precision of the expr
 week ``week of 2023-05-01`` (its Monday), a month ``2023-04``, a year ``2022``. Absolute dates in the text are left
 alone: they are already readable.
 
-The label is also what recall reads back: :func:`tag` writes it into the atom, :func:`tagged` finds it there and
-:func:`span` turns it into the days it covers, so a query's time expression (resolved by the same rules,
-:mod:`mnemoflow.memory.recall.query_time`) can be compared with the atom's.
+The heuristic engine also stores the label's days as the atom's ``activity_start`` / ``activity_end``
+(:meth:`Span.bounds`), the fields a model fills from its own reading, so the record holds the event time as data and
+the index dates the atom by it. The label is also what recall reads back: :func:`tag` writes it into the atom,
+:func:`tagged` finds it there and :func:`span` turns it into the days it covers, so a query's time expression
+(resolved by the same rules, :mod:`mnemoflow.memory.recall.query_time`) can be compared with the atom's.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, time, timedelta, tzinfo
 
 _WEEKDAYS_EN = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _WEEKDAYS_ZH = {"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6}
@@ -159,6 +161,12 @@ class Span:
 
     def widened(self, days: int) -> Span:
         return Span(self.first - timedelta(days=days), self.last + timedelta(days=days))
+
+    def bounds(self, tz: tzinfo | None) -> tuple[datetime, datetime]:
+        """The span as the start of its first day and the last instant of its last day in ``tz`` (the message's
+        zone), the ``activity_start`` / ``activity_end`` an atom stores."""
+        start = datetime.combine(self.first, time.min, tz)
+        return start, datetime.combine(self.last, time.max, tz)
 
 
 def span(label: str) -> Span | None:

@@ -31,7 +31,7 @@ import re
 from mnemoflow.lexical import terms, word_count
 from mnemoflow.memory.l0 import L0Message
 from mnemoflow.memory.l1.dedup import JudgeItem
-from mnemoflow.memory.l1.event_time import resolve, tag
+from mnemoflow.memory.l1.event_time import resolve, span, tag
 from mnemoflow.memory.l1.extract import validate_drafts
 from mnemoflow.memory.l1.models import AtomDraft, DedupDecision
 from mnemoflow.memory.l1.window import Window
@@ -130,6 +130,8 @@ class HeuristicExtractor:
             skip = 1 if folded else 0  # a question folded into the text is one of the turns
             follows = search_context(context[: i - skip], msg.session, CONTEXT_TURNS - skip)
             kind, priority = classify(text)
+            days = span(when) if when else None
+            start, end = days.bounds(msg.ts.tzinfo) if days else (None, None)  # stored as data, not only as text
             if when:
                 text = f"{text} {tag(when)}"
             if msg.name:  # name the subject: "Caroline: I went ..." is found by a question about Caroline
@@ -142,6 +144,8 @@ class HeuristicExtractor:
                     source_message_ids=(msg.id,),
                     scene_name=previous_scene,
                     context=follows,
+                    activity_start=start,
+                    activity_end=end,
                 )
             )
         return validate_drafts(drafts, window)
