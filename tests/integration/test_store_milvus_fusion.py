@@ -1,4 +1,4 @@
-"""Milvus Lite: the server-side ``RRFRanker(60)`` must agree with the Python RRF the other backends use."""
+"""Milvus Lite: the server-side ``RRFRanker(RRF_K)`` must agree with the Python RRF the other backends use."""
 
 from __future__ import annotations
 

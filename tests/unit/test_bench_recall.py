@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from bench.locomo_recall import uid, within
+from bench.locomo_recall import named_speakers, raw_rows, uid, within
 from bench.longmemeval_recall import turns_of, when
 from mnemoflow.tokens import count_tokens
 
@@ -20,6 +20,27 @@ def test_the_budget_keeps_ranked_items_while_they_fit() -> None:
 def test_speakers_with_non_ascii_names_get_distinct_user_ids() -> None:
     assert uid("zh-1", "李娜") != uid("zh-1", "王磊")
     assert uid("conv-26", "Caroline") == "conv-26.Caroline"
+
+
+def test_a_question_is_routed_to_the_one_speaker_it_names() -> None:
+    conv = {"speaker_a": "Jon", "speaker_b": "李娜"}
+    assert named_speakers(conv, "What did Jon paint?") == ["Jon"]
+    assert named_speakers(conv, "What did Jonathan paint?") == []  # a whole word, not a prefix
+    assert named_speakers(conv, "李娜上周去了哪里？") == ["李娜"]
+    assert named_speakers(conv, "Did Jon meet 李娜?") == ["Jon", "李娜"]
+
+
+def test_raw_turns_are_indexed_for_the_conversation_and_for_their_speaker() -> None:
+    from mnemoflow.embedding import HashingEmbedder
+
+    turns = [
+        {"dia_id": "D1:1", "speaker": "Jon", "text": "I paint.", "timestamp": "", "turn_index": 0, "session": 1},
+        {"dia_id": "D1:2", "speaker": "Ana", "text": "I row.", "timestamp": "", "turn_index": 1, "session": 1},
+    ]
+    conv = {"sample_id": "c1", "speaker_a": "Jon", "speaker_b": "Ana", "turns": turns}
+    rows = raw_rows(conv, HashingEmbedder(16))
+    assert [(r.user, r.id) for r in rows] == [("c1", "D1:1"), ("c1.Jon", "D1:1"), ("c1", "D1:2"), ("c1.Ana", "D1:2")]
+    assert rows[0].vector == rows[1].vector and rows[0].text == "Jon: I paint."
 
 
 def test_a_longmemeval_history_flattens_with_times_and_evidence() -> None:

@@ -12,7 +12,7 @@ from mnemoflow.memory.recall.config import RecallConfig
 from mnemoflow.memory.recall.recaller import Recaller
 from mnemoflow.memory.recall.supersession import newest_first
 from mnemoflow.memory.recall.time_boost import atom_span, boost_in_span
-from mnemoflow.ports.vectors import AtomRow, AtomType, Hit
+from mnemoflow.ports.vectors import RRF_K, AtomRow, AtomType, Hit
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.testing import ManualClock
 
@@ -40,7 +40,7 @@ def row(
 
 def fused(*rows: AtomRow) -> list[Hit]:
     """Hits as hybrid search ranks them: RRF scores of a hit first in both lists, second in both, ..."""
-    return [Hit(id=r.id, score=2 / (61 + n), row=r) for n, r in enumerate(rows)]
+    return [Hit(id=r.id, score=2 / (RRF_K + 1 + n), row=r) for n, r in enumerate(rows)]
 
 
 def ids(hits: list[Hit]) -> list[str]:
@@ -69,8 +69,8 @@ def test_the_boost_is_one_fused_list_not_a_filter() -> None:
     """Hits high in both retrievers keep their places against an in-span hit found by one retriever only, which
     still passes the hits found by one retriever above it."""
     top, second = fused(*(row(i, f"fact {i}", T0 - timedelta(days=60)) for i in range(2)))
-    weak = Hit(id="a2", score=1 / (60 + 5), row=row(2, "fact two", T0 - timedelta(days=60)))
-    late = Hit(id="a99", score=1 / (60 + 30), row=row(99, "fact in may"))
+    weak = Hit(id="a2", score=1 / (RRF_K + 5), row=row(2, "fact two", T0 - timedelta(days=60)))
+    late = Hit(id="a99", score=1 / (RRF_K + 30), row=row(99, "fact in may"))
     assert ids(boost_in_span([top, second, weak, late], MAY, 1.0)) == ["a0", "a1", "a99", "a2"]
 
 

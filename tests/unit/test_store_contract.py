@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from mnemoflow.errors import InvalidInput, MnemoflowError
 from mnemoflow.index import InMemoryIndex, InMemoryVectorStore
-from mnemoflow.ports.vectors import ATOM_TYPES, AtomRow, EmbeddingModelMismatch, VectorStore
+from mnemoflow.ports.vectors import ATOM_TYPES, RRF_K, AtomRow, EmbeddingModelMismatch, VectorStore
 
 DIM = 16
 _has = {m: importlib.util.find_spec(m) is not None for m in ("apsw", "sqlite_vec", "pymilvus", "milvus_lite")}
@@ -173,14 +173,14 @@ def test_exact_text_match_ranks_first(store: VectorStore) -> None:
 
 
 def test_hybrid_fuses_both_lists(store: VectorStore) -> None:
-    """Text points at a5, vector at a9: both must come back, and RRF scores are at most 2/61."""
+    """Text points at a5, vector at a9: both must come back, and RRF scores are at most 2/(RRF_K + 1)."""
     store.upsert([atom(i) for i in range(20)])
     hits = store.search("t1", "u1", "token5", vec(9), 3)
     assert {"a5", "a9"} <= {h.id for h in hits}
-    assert all(0 < h.score <= 2 / 61 + 1e-9 for h in hits)
+    assert all(0 < h.score <= 2 / (RRF_K + 1) + 1e-9 for h in hits)
     for h in hits:  # backends that report ranks must report them consistently
         if h.dense_rank is not None and h.bm25_rank is not None:
-            assert h.score == pytest.approx(1 / (60 + h.dense_rank) + 1 / (60 + h.bm25_rank))
+            assert h.score == pytest.approx(1 / (RRF_K + h.dense_rank) + 1 / (RRF_K + h.bm25_rank))
 
 
 def test_an_empty_index_finds_nothing_rather_than_failing(store: VectorStore) -> None:
