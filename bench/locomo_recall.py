@@ -165,12 +165,17 @@ async def ingest(
         await run(user, d)
 
 
-def workspace(work: Path, embedder: Embedder) -> tuple[LocalFileStore, SqliteVectorStore, SqliteVectorStore]:
-    """The files of one run and its two indexes: the atoms (L1) and the raw turns (the baselines)."""
+def workspace(
+    work: Path, embedder: Embedder
+) -> tuple[LocalFileStore, SqliteVectorStore, SqliteVectorStore, SqliteVectorStore]:
+    """The files of one run and its indexes: the atoms (L1), the raw turns by conversation and by speaker (the
+    baselines; apart, so that BM25's statistics of each are those of one copy of every turn)."""
     files = LocalFileStore(work / "data")
-    store = SqliteVectorStore.open(str(work / "atoms.sqlite"), dim=embedder.dim, embedding_model=embedder.model_id)
-    raw = SqliteVectorStore.open(str(work / "raw.sqlite"), dim=embedder.dim, embedding_model=embedder.model_id)
-    return files, store, raw
+    store, raw, own = (
+        SqliteVectorStore.open(str(work / name), dim=embedder.dim, embedding_model=embedder.model_id)
+        for name in ("atoms.sqlite", "raw.sqlite", "raw-own.sqlite")
+    )
+    return files, store, raw, own
 
 
 def raw_text(turn: dict[str, Any]) -> str:
@@ -180,16 +185,16 @@ def raw_text(turn: dict[str, Any]) -> str:
     )
 
 
-def raw_rows(conv: dict[str, Any], embedder: Embedder) -> list[AtomRow]:
-    """Every turn under the conversation's scope (``sample_id``), and again, with the same vector, under its
-    speaker's user id: the scope a question asked of one speaker searches (see :func:`evaluate`)."""
+def raw_rows(conv: dict[str, Any], embedder: Embedder) -> tuple[list[AtomRow], list[AtomRow]]:
+    """Every turn under the conversation's scope (``sample_id``), and the same rows under their speaker's user id:
+    the scope a question asked of one speaker searches (see :func:`evaluate`). One embedding per turn."""
     texts = [raw_text(t) for t in conv["turns"]]
     vecs = embedder.embed(texts)
-    return [
+    rows = [
         AtomRow(
             id=t["dia_id"],
             tenant="raw",
-            user=scope,
+            user=conv["sample_id"],
             type="episodic",
             priority=50,
             text=text or "(empty)",
@@ -199,8 +204,12 @@ def raw_rows(conv: dict[str, Any], embedder: Embedder) -> list[AtomRow]:
             source_message_ids=[t["dia_id"]],
         )
         for t, text, v in zip(conv["turns"], texts, vecs, strict=True)
-        for scope in (conv["sample_id"], uid(conv["sample_id"], t["speaker"]))
     ]
+    own = [
+        row.model_copy(update={"user": uid(conv["sample_id"], t["speaker"])})
+        for t, row in zip(conv["turns"], rows, strict=True)
+    ]
+    return rows, own
 
 
 def duplicate_rate(files: LocalFileStore, store: SqliteVectorStore, users: list[str], near: float) -> tuple[float, int]:
@@ -272,7 +281,11 @@ def ranked(
 
 
 def evaluate(
-    convs: list[dict[str, Any]], recaller: Recaller, raw: SqliteVectorStore, embedder: Embedder
+    convs: list[dict[str, Any]],
+    recaller: Recaller,
+    raw: SqliteVectorStore,
+    own: SqliteVectorStore,
+    embedder: Embedder,
 ) -> dict[str, Any]:
     """Recall under two ways of asking, in one pass.
 
@@ -305,7 +318,7 @@ def evaluate(
             if len(named) == 1:
                 routed += q["category"] in (1, 2, 3, 4)
                 one = uid(sid, named[0])
-                asked["named"] = ranked(recaller, raw, [one], one, q["question"], vec, now)
+                asked["named"] = ranked(recaller, own, [one], one, q["question"], vec, now)
             else:
                 asked["named"] = asked["both"]
             sources_per_atom += [len(src) for _, src in asked["both"]["hybrid"][: max(KS)]]
@@ -405,7 +418,7 @@ def main() -> None:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="mnemoflow-locomo-") as tmp:
         work = Path(tmp)
-        files, store, raw = workspace(work, embedder)
+        files, store, raw, own = workspace(work, embedder)
         clock = TurnClock()
         pipeline = L1Pipeline(
             files=files,
@@ -421,10 +434,12 @@ def main() -> None:
         )
         for conv in convs:
             asyncio.run(ingest(conv, files, pipeline, clock, counters))
-            raw.upsert(raw_rows(conv, embedder))
+            rows, mine = raw_rows(conv, embedder)
+            raw.upsert(rows)
+            own.upsert(mine)
         ingest_s = time.perf_counter() - t0
         recaller = Recaller(store=store, embedder=embedder, files=files)
-        result = evaluate(convs, recaller, raw, embedder)
+        result = evaluate(convs, recaller, raw, own, embedder)
         users = [uid(c["sample_id"], s) for c in convs for s in (c["speaker_a"], c["speaker_b"])]
         # e5's scale is compressed: its skip gate 0.978 matches MiniLM's 0.92 (DedupConfig.for_model), so MiniLM's
         # 0.95 is taken as 0.985 for e5 (an extrapolation past the measured quantiles, stated as such).

@@ -28,6 +28,7 @@ files, both indexes and one record per finished question (``DIR/questions.jsonl`
 the same DIR skips the finished questions and reports all of them. A resumed run scores exactly as one run would:
 every earlier question's user is still in the indexes (BM25's statistics span the index), and a question cut
 short is replayed idempotently (L0 skips known message ids, L1 continues from its cursor, rows are upserted).
+Resume only with the code that started the run: a record checks the embedder, not the commit.
 
 Writes ``bench/results/longmemeval_recall.json`` (``longmemeval_recall-quick.json`` with ``--quick``).
 """

@@ -38,9 +38,10 @@ def test_raw_turns_are_indexed_for_the_conversation_and_for_their_speaker() -> N
         {"dia_id": "D1:2", "speaker": "Ana", "text": "I row.", "timestamp": "", "turn_index": 1, "session": 1},
     ]
     conv = {"sample_id": "c1", "speaker_a": "Jon", "speaker_b": "Ana", "turns": turns}
-    rows = raw_rows(conv, HashingEmbedder(16))
-    assert [(r.user, r.id) for r in rows] == [("c1", "D1:1"), ("c1.Jon", "D1:1"), ("c1", "D1:2"), ("c1.Ana", "D1:2")]
-    assert rows[0].vector == rows[1].vector and rows[0].text == "Jon: I paint."
+    rows, own = raw_rows(conv, HashingEmbedder(16))
+    assert [(r.user, r.id) for r in rows] == [("c1", "D1:1"), ("c1", "D1:2")]
+    assert [(r.user, r.id) for r in own] == [("c1.Jon", "D1:1"), ("c1.Ana", "D1:2")]
+    assert rows[0].vector == own[0].vector and own[0].text == rows[0].text == "Jon: I paint."
 
 
 def test_a_longmemeval_history_flattens_with_times_and_evidence() -> None:
