@@ -39,5 +39,8 @@ class LRU(Generic[K, V]):
     def clear(self) -> None:
         self._items.clear()
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
     def __len__(self) -> int:
         return len(self._items)

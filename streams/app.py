@@ -46,10 +46,12 @@ from mnemoflow.handlers.retention import RetentionSweeper
 from mnemoflow.memory.l1.schedule import L1Scheduler
 from mnemoflow.ports import SystemClock
 from mnemoflow.retry import RetryPolicy
+from mnemoflow.sharding import user_key
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.tracing import Tracing
 from streams.faust_transport import App, RawBytes
 from streams.metrics import WorkerMetrics
+from streams.topics import keyed_partition
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +121,6 @@ def build_app(
     schedule_l1 = settings.l1_enabled and run_l1 is not None
     on_turns = TurnsHandler(ctx, files, scheduler if schedule_l1 else None)
     on_tool_results = ToolResultsHandler(ctx, files, notify_shards)
-    on_jobs = L1JobsHandler(ctx, scheduler, run_l1, l1_done)
     on_commands = CommandsHandler(ctx, files, apply_operation, l1_done)
 
     async def produce(outcome: Outcome) -> None:
@@ -130,6 +131,24 @@ def build_app(
         metrics.produced(outcome)
         for dead in outcome.parked:
             log.error("parked %s[%s]@%s key=%s: %s", dead.topic, dead.partition, dead.offset, dead.key, dead.reason)
+
+    on_jobs = L1JobsHandler(ctx, scheduler, run_l1, l1_done, report=produce)
+    adopting: set[asyncio.Task[int]] = set()
+
+    @app.on_partitions_assigned.connect
+    async def _adopt(app: faust.App, assigned: Any, **kwargs: Any) -> None:
+        # The users of the turns partitions this worker owns now: their idle and retry wake-ups, and the passes
+        # a previous owner left running, come back from the trigger states (beside the stream, not in the way
+        # of the rebalance).
+        if not schedule_l1:
+            return
+        mine = {tp.partition for tp in assigned if tp.topic == TOPIC_TURNS}
+        n = app.consumer.topic_partitions(TOPIC_TURNS) or settings.turns_partitions
+        task = asyncio.ensure_future(
+            on_jobs.adopt(lambda tenant, user: keyed_partition(user_key(tenant, user).encode(), n) in mine)
+        )
+        adopting.add(task)
+        task.add_done_callback(adopting.discard)
 
     @app.on_partitions_revoked.connect
     async def _forget(app: faust.App, revoked: Any, **kwargs: Any) -> None:

@@ -23,6 +23,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def keyed_partition(key: bytes, partitions: int) -> int:
+    """The partition the Kafka client's default partitioner picks for ``key`` (murmur2, as the Java client):
+    turns and jobs are produced by key, without a partition, so this is where a user's records go."""
+    from aiokafka.partitioner import murmur2
+
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
 def topic_partitions(settings: Settings) -> dict[str, int]:
     return {
         TOPIC_TURNS: settings.turns_partitions,

@@ -1,17 +1,27 @@
-"""``mnemoflow.jobs``: run the L1 passes that jobs ask for, one per user, and fire the trigger wake-ups.
+"""``mnemoflow.jobs``: start the L1 passes that jobs ask for, one per user, and fire the trigger wake-ups.
 
 Jobs share the turns' partitions and key, so the worker that counts a user's turns also runs the user's jobs
 and alone writes the user's trigger state (through the same writer thread). A failed pass goes back to the
 trigger machine, which retries it later or, after the policy's last try, parks the job with the reason.
+
+A job is acknowledged once its run is recorded in the trigger state, not when the pass ends: the pass runs
+beside the stream, and its result is settled and reported when it comes. Why: a pass takes seconds to minutes
+(a backlog, a CPU model, an extractor replica lost mid-pass), and a record in flight holds a rebalance, which
+waits for every record in flight before it hands partitions over; a worker that waits longer than the
+rebalance timeout is expelled from the group and its partitions stand still until it rejoins (issue 9). The run
+is not lost with the record: the state says it is running, and a worker that is assigned the user retries it
+from the files (:meth:`L1Scheduler.scan`, :meth:`L1Triggers.on_inherit`); the L0 lines past the cursor are
+the work, and the cursor makes a second pass harmless.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from mnemoflow.handlers.context import HandlerContext
 from mnemoflow.handlers.outcome import JobsOutcome, Outcome
@@ -37,16 +47,46 @@ class L1Runner(Protocol):
 L1Done = Callable[[str, str], Awaitable[object]]
 """Told after a successful pass (the user's curator schedules L2/L3)."""
 
+Report = Callable[[JobsOutcome], Awaitable[object]]
+"""Given what a pass did once it is settled (its reply, and a job it parked after the last retry): the wiring
+produces the dead letters and counts the runs."""
+
+PASS_TIMEOUT_S = 900.0
+"""A pass unanswered by then counts as failed, and the trigger machine retries it. Why a bound: a request whose
+replica died without an answer must not keep the user "running" forever. Why so long: a first pass over a
+backlog with a CPU model takes minutes, and a retry of a pass still running joins it at the extractor."""
+
+MAX_PASSES = 16
+"""Passes one worker has at the extractor at once (one ``@serve.batch`` of the deployment); the others wait their
+turn in the worker. Why: jobs no longer wait for passes, so without a bound a burst of due users (a restart's
+retries, a replay) would queue past the replicas' ``max_ongoing_requests``, and their health checks behind it."""
+
 
 class L1JobsHandler:
-    """``run_l1`` None: no extractor is wired to this worker, and every job is parked saying so."""
+    """``run_l1`` None: no extractor is wired to this worker, and every job is parked saying so. ``report``
+    None: settled passes are only logged."""
 
     def __init__(
-        self, ctx: HandlerContext, scheduler: L1Scheduler, run_l1: L1Runner | None, l1_done: L1Done | None = None
+        self,
+        ctx: HandlerContext,
+        scheduler: L1Scheduler,
+        run_l1: L1Runner | None,
+        l1_done: L1Done | None = None,
+        report: Report | None = None,
+        pass_timeout_s: float = PASS_TIMEOUT_S,
+        max_passes: int = MAX_PASSES,
     ) -> None:
         self._ctx, self._scheduler, self._run_l1, self._l1_done = ctx, scheduler, run_l1, l1_done
+        self._report, self._pass_timeout_s = report, pass_timeout_s
+        self._passes: dict[UserKey, asyncio.Task[None]] = {}
+        self._slots = asyncio.Semaphore(max_passes)
+        self._generation = 0
+        """Bumped when this worker may have lost its users (a revocation, a stop): a pass started before is
+        no longer this worker's to settle; the next owner retries it from the files."""
 
     async def handle(self, records: Sequence[RawRecord]) -> JobsOutcome:
+        """Record the runs the jobs ask for and start their passes; the outcome lists the records parked (the
+        passes report through ``report`` when they end)."""
         now = self._ctx.clock.now()
         if self._run_l1 is None:
             return JobsOutcome(parked=[DeadLetter.of(r, "no extractor is wired to this worker", now) for r in records])
@@ -58,9 +98,24 @@ class L1JobsHandler:
         except RetriesExhausted as exc:
             outcome.parked += [DeadLetter.of(r, str(exc), self._ctx.clock.now()) for r in parsed.records]
             return outcome
-        while due:  # catch-up runs (turns that arrived during a run) follow at once
-            due = await self._run_all(due, outcome, parents)
+        for key, job in due.items():
+            if key in self._passes:  # a job delivered again: the user's run is this worker's pass, not yet settled
+                log.debug("L1 for %s is already running", job.key)
+                continue
+            parent = None if parents is None else parents.get(job.key)
+            task = asyncio.create_task(self._pass(key, job, parent, self._generation), name=f"L1 pass {job.key}")
+            self._passes[key] = task
+            task.add_done_callback(functools.partial(self._ended, key))
         return outcome
+
+    def _ended(self, key: UserKey, task: asyncio.Future[Any] | None) -> None:
+        if self._passes.get(key) is task:  # not a pass abandoned and since replaced
+            del self._passes[key]
+
+    async def drain(self) -> None:
+        """Wait until no pass of this worker is in flight (catch-up runs included)."""
+        while self._passes:
+            await asyncio.gather(*self._passes.values(), return_exceptions=True)
 
     async def tick(self) -> Outcome:
         """The runs whose wake-up has come (idle users, retries after a failure), to publish as jobs."""
@@ -71,13 +126,45 @@ class L1JobsHandler:
             log.error("%s", exc)
             return Outcome()
 
+    async def adopt(self, owns: Callable[[str, str], bool]) -> int:
+        """This worker was assigned partitions: index the wake-ups of their users from the persisted states, so
+        an idle user's extraction, a retry, or a pass a previous owner left running is not forgotten. The files
+        are read on a thread of their own (the writer thread keeps writing L0 meanwhile). Returns how many
+        wake-ups were indexed."""
+        generation = self._generation
+        try:
+            found = await asyncio.to_thread(self._scheduler.scan, owns)
+        except Exception as exc:  # noqa: BLE001 - the users' next turns index them again: late, not lost
+            log.error("L1 wake-ups not re-derived from the trigger states: %s", exc)
+            return 0
+        now = self._ctx.clock.now()
+
+        def adopt() -> int:  # on the writer thread, after any revocation that came meanwhile
+            return self._scheduler.adopt(found, now) if generation == self._generation else 0
+
+        indexed = await self._ctx.blocking(adopt)
+        log.info("L1 wake-ups of %d users re-derived from %d trigger states", indexed, len(found))
+        return indexed
+
     async def forget(self) -> None:
-        """Another worker may own these users now: checkpoint the turn counts, drop the wake-ups this one knew."""
+        """Another worker may own these users now: stop settling this worker's passes, checkpoint the turn
+        counts, drop the wake-ups this one knew."""
+        self._abandon()
         await self._checkpoint(self._scheduler.forget)
 
     async def flush(self) -> None:
-        """A stopping worker writes the turn counts it has not checkpointed yet."""
+        """A stopping worker writes the turn counts it has not checkpointed yet (its passes in flight are left
+        to the next owner, which retries them)."""
+        self._abandon()
         await self._checkpoint(self._scheduler.flush)
+
+    def _abandon(self) -> None:
+        """Cancel waiting for the passes in flight (a pass itself runs on at the extractor, which does not
+        cancel it): their results are not this worker's to record any more."""
+        self._generation += 1
+        for task in self._passes.values():
+            task.cancel()
+        self._passes.clear()
 
     async def _checkpoint(self, fn: Callable[[datetime], None]) -> None:
         now = self._ctx.clock.now()
@@ -90,60 +177,78 @@ class L1JobsHandler:
         """Scheduler work (trigger state in files) on the writer thread, with the retry policy."""
         return await self._ctx.retry.call(lambda: self._ctx.blocking(fn), what, self._ctx.sleep)
 
-    async def _run(self, tenant: str, user: str, parents: dict[str, Context] | None) -> L1RunReply:
+    async def _pass(self, key: UserKey, job: L1Job, parent: Context | None, generation: int) -> None:
+        """Run the user's pass, settle it in the trigger state, report it; then the catch-up run, if the turns
+        that came meanwhile make one due."""
+        run: L1Job | None = job
+        while run is not None:
+            async with self._slots:
+                reply = await self._run(*key, parent)
+            outcome = JobsOutcome(runs={key: [reply]})
+            error = None if reply.ok else reply.error or "failed without a reason"
+            if error is not None:
+                log.warning("L1 for %s failed: %s", run.key, error)
+            try:
+                settled = await self._settle(key, error, generation)
+            except RetriesExhausted as exc:
+                outcome.parked.append(self._dead(run, str(exc)))
+                await self._reported(outcome)
+                return
+            if settled is None:  # this worker lost the user meanwhile
+                return
+            catch_up, dead = settled
+            if catch_up is None:  # settled: a job for the user from now on asks for a new run, not this one
+                self._ended(key, asyncio.current_task())
+            if dead:
+                outcome.parked.append(self._dead(run, f"L1 gave up: {dead}"))
+            if error is None and self._l1_done is not None:
+                try:
+                    await self._l1_done(*key)
+                except Exception as exc:  # the curator also wakes on its own timer; L2 is late, not lost
+                    log.warning("curator not told about %s: %s", run.key, exc)
+            await self._reported(outcome)
+            run = catch_up
+
+    async def _run(self, tenant: str, user: str, parent: Context | None) -> L1RunReply:
         run_l1, tracing = self._run_l1, self._ctx.tracing
         assert run_l1 is not None
         try:
-            if tracing is None or parents is None:
-                return await run_l1(tenant, user)
+            if tracing is None:
+                return await asyncio.wait_for(run_l1(tenant, user), self._pass_timeout_s)
             from opentelemetry.trace import SpanKind
 
             from mnemoflow.tracing import traceparent
 
             # the job's trace (a job fired by a wake-up timer has none: its span starts a trace)
             with tracing.span(
-                "mnemoflow.worker.l1_run",
-                parents.get(f"{tenant}/{user}"),
-                {"mnemoflow.tenant": tenant},
-                SpanKind.CONSUMER,
+                "mnemoflow.worker.l1_run", parent, {"mnemoflow.tenant": tenant}, SpanKind.CONSUMER
             ) as span:
-                reply = await run_l1(tenant, user, traceparent=traceparent())
+                reply = await asyncio.wait_for(run_l1(tenant, user, traceparent=traceparent()), self._pass_timeout_s)
                 span.set_attribute("mnemoflow.l1.ok", reply.ok)
                 if reply.result is not None:
                     span.set_attribute("mnemoflow.l1.stored", reply.result.stored)
                 return reply
+        except TimeoutError:
+            return L1RunReply(ok=False, error=f"no reply from the extractor within {self._pass_timeout_s:g} s")
         except Exception as exc:  # the extractor was unreachable: a failed pass like any other
             return L1RunReply.failed(exc)
 
-    async def _run_all(
-        self, due: dict[UserKey, L1Job], outcome: JobsOutcome, parents: dict[str, Context] | None = None
-    ) -> dict[UserKey, L1Job]:
-        replies = await asyncio.gather(*(self._run(tenant, user, parents) for tenant, user in due))
-        follow: dict[UserKey, L1Job] = {}
-        for (key, job), reply in zip(due.items(), replies, strict=True):
-            outcome.runs.setdefault(key, []).append(reply)
-            error = None if reply.ok else reply.error or "failed without a reason"
-            if error is not None:
-                log.warning("L1 for %s failed: %s", job.key, error)
-            try:
-                catch_up, dead = await self._settle(key, error)
-            except RetriesExhausted as exc:
-                outcome.parked.append(self._dead(job, str(exc)))
-                continue
-            if dead:
-                outcome.parked.append(self._dead(job, f"L1 gave up: {dead}"))
-            if catch_up is not None:
-                follow[key] = catch_up
-            if error is None and self._l1_done is not None:
-                try:
-                    await self._l1_done(*key)
-                except Exception as exc:  # the curator also wakes on its own timer; L2 is late, not lost
-                    log.warning("curator not told about %s: %s", job.key, exc)
-        return follow
-
-    async def _settle(self, key: UserKey, error: str | None) -> tuple[L1Job | None, str | None]:
+    async def _settle(self, key: UserKey, error: str | None, generation: int) -> tuple[L1Job | None, str | None] | None:
+        """Record the pass's result (None: this worker no longer owns the user, and records nothing)."""
         now: datetime = self._ctx.clock.now()
-        return await self._scheduled(lambda: self._scheduler.on_result(*key, now, error), "record the L1 result")
+
+        def settle() -> tuple[L1Job | None, str | None] | None:
+            return self._scheduler.on_result(*key, now, error) if generation == self._generation else None
+
+        return await self._scheduled(settle, "record the L1 result")
+
+    async def _reported(self, outcome: JobsOutcome) -> None:
+        if self._report is None:
+            return
+        try:
+            await self._report(outcome)
+        except Exception as exc:  # noqa: BLE001 - the trigger state holds the result; only the report is lost
+            log.error("L1 pass outcome not produced: %s", exc)
 
     def _dead(self, job: L1Job, reason: str) -> DeadLetter:
         record = RawRecord(value=job.model_dump_json().encode(), key=job.key.encode())

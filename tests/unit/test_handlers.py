@@ -11,7 +11,7 @@ import json
 import logging
 import threading
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
 
@@ -23,6 +23,7 @@ from mnemoflow.errors import StorageError
 from mnemoflow.events import ToolResultEvent, TurnEvent
 from mnemoflow.handlers import (
     HandlerContext,
+    JobsOutcome,
     L1JobsHandler,
     RawRecord,
     ToolResultsHandler,
@@ -206,34 +207,49 @@ def job(user: str = "ana", kind: str = "run") -> L1Job:
 Runner = Callable[[str, str], Awaitable[L1RunReply]]
 
 
-def jobs_handler(s: Setup, runner: Runner | None, attempts: int = 2) -> tuple[L1JobsHandler, list[tuple[str, str]]]:
-    done: list[tuple[str, str]] = []
+class Jobs:
+    """A jobs handler with a scheduler of its own; what its passes report, and whom the curator was told of."""
 
-    async def l1_done(tenant: str, user: str) -> None:
-        done.append((tenant, user))
+    def __init__(self, s: Setup, runner: Runner | None, attempts: int = 2, timeout_s: float = 900.0) -> None:
+        retry = RetryPolicy(attempts=attempts, base_delay=30, max_delay=600)
+        self.scheduler = L1Scheduler(s.files, L1Triggers(TriggerConfig(warmup=False, every_n=1, retry=retry)))
+        self.done: list[tuple[str, str]] = []
+        self.reports: list[JobsOutcome] = []
+        self.handler = L1JobsHandler(
+            s.ctx, self.scheduler, runner, self._done, report=self.report, pass_timeout_s=timeout_s
+        )
 
-    triggers = L1Triggers(TriggerConfig(warmup=False, every_n=1, retry=RetryPolicy(attempts=attempts, base_delay=30)))
-    return L1JobsHandler(s.ctx, L1Scheduler(s.files, triggers), runner, l1_done), done
+    async def _done(self, tenant: str, user: str) -> None:
+        self.done.append((tenant, user))
+
+    async def report(self, outcome: JobsOutcome) -> None:
+        self.reports.append(outcome)
+
+    async def handled(self, records: list[RawRecord]) -> JobsOutcome:
+        """The batch's outcome, after every pass it started was settled and reported."""
+        out = await self.handler.handle(records)
+        await self.handler.drain()
+        return out
+
+    def replies(self, user: str = "ana") -> list[L1RunReply]:
+        return [reply for outcome in self.reports for reply in outcome.runs.get(("t", user), [])]
 
 
 def test_jobs_without_an_extractor_are_parked_saying_so(tmp_path: Path) -> None:
-    s = Setup(tmp_path)
-    handler, _ = jobs_handler(s, None)
-    out = run(handler.handle([record(job(), 0, TOPIC_JOBS)]))
+    jobs = Jobs(Setup(tmp_path), None)
+    out = run(jobs.handled([record(job(), 0, TOPIC_JOBS)]))
     assert [(d.offset, d.reason) for d in out.parked] == [(0, "no extractor is wired to this worker")]
 
 
 def test_a_successful_run_is_reported_and_the_curator_told(tmp_path: Path) -> None:
-    s = Setup(tmp_path)
-
     async def runner(tenant: str, user: str) -> L1RunReply:
         return L1RunReply(ok=True, result=L1RunResult(stored=3))
 
-    handler, done = jobs_handler(s, runner)
+    jobs = Jobs(Setup(tmp_path), runner)
     records = [record(job(), 0, TOPIC_JOBS), record(job(), 1, TOPIC_JOBS), record(b"[]", 2, TOPIC_JOBS)]
-    out = run(handler.handle(records))
-    assert [r.result.stored for r in out.runs[("t", "ana")] if r.result] == [3]  # one run per user and batch
-    assert done == [("t", "ana")] and [d.offset for d in out.parked] == [2]
+    out = run(jobs.handled(records))
+    assert [r.result.stored for r in jobs.replies() if r.result] == [3]  # one run per user and batch
+    assert jobs.done == [("t", "ana")] and [d.offset for d in out.parked] == [2]
 
 
 def test_failed_runs_are_retried_by_the_trigger_policy_then_parked_with_the_reason(tmp_path: Path) -> None:
@@ -246,18 +262,140 @@ def test_failed_runs_are_retried_by_the_trigger_policy_then_parked_with_the_reas
             raise reply
         return reply
 
-    handler, done = jobs_handler(s, runner, attempts=2)
-    out = run(handler.handle([record(job(), 0, TOPIC_JOBS)]))
-    assert out.parked == [] and out.runs[("t", "ana")][0].error == "model down"
-    assert run(handler.tick()).jobs == []  # the retry waits for its backoff
+    jobs = Jobs(s, runner, attempts=2)
+    out = run(jobs.handled([record(job(), 0, TOPIC_JOBS)]))
+    assert out.parked == [] and [r.error for r in jobs.replies()] == ["model down"]
+    assert run(jobs.handler.tick()).jobs == []  # the retry waits for its backoff
     s.clock.advance(30)
-    [retry] = run(handler.tick()).jobs
+    [retry] = run(jobs.handler.tick()).jobs
     assert (retry.reason, retry.requested_at) == ("retry", s.clock.now())
-    out = run(handler.handle([record(retry, 1, TOPIC_JOBS)]))
-    [dead] = out.parked
+    assert run(jobs.handled([record(retry, 1, TOPIC_JOBS)])).parked == []
+    [dead] = jobs.reports[-1].parked  # parked by the pass, when it ended: the job record was acknowledged before
     assert dead.reason == "L1 gave up: ConnectionError: extractor gone" and dead.key == "t/ana"
-    assert L1Job.model_validate_json(dead.value) == retry and done == []
-    assert [m.topic for m in out.messages()] == [TOPIC_DEAD_LETTERS]
+    assert L1Job.model_validate_json(dead.value) == retry and jobs.done == []
+    assert [m.topic for m in jobs.reports[-1].messages()] == [TOPIC_DEAD_LETTERS]
+
+
+def test_a_job_is_acknowledged_once_its_run_is_recorded_not_when_the_pass_ends(tmp_path: Path) -> None:
+    """A pass that hangs does not hold the batch (a rebalance waits for every record in flight); it is bounded
+    by the pass timeout and then retried like any failed pass."""
+    s = Setup(tmp_path)
+    release = asyncio.Event()
+
+    async def runner(tenant: str, user: str) -> L1RunReply:
+        await release.wait()
+        return L1RunReply(ok=True, result=L1RunResult(stored=1))
+
+    jobs = Jobs(s, runner, timeout_s=0.2)
+
+    async def scenario() -> None:
+        turns = TurnsHandler(s.ctx, s.files, jobs.scheduler)
+        [started] = (await turns.handle([record(turn(0), 0)])).jobs
+        out = await asyncio.wait_for(jobs.handler.handle([record(started, 0, TOPIC_JOBS)]), 5)
+        assert out.parked == [] and jobs.reports == []  # acknowledged with the pass still in flight
+        assert load_triggers(s.files, "t", "ana").running  # the run is recorded for whoever owns the user next
+        await jobs.handler.drain()
+
+    run(scenario())
+    [reply] = jobs.replies()
+    assert reply.error == "no reply from the extractor within 0.2 s"
+    assert load_triggers(s.files, "t", "ana").retry_at == T0 + timedelta(seconds=30)
+
+
+def test_a_run_started_while_the_last_pass_is_still_being_reported_is_not_taken_for_a_duplicate(
+    tmp_path: Path,
+) -> None:
+    """Once a pass is settled in the trigger state, the next job for the user is a new run, even while the
+    settled pass still tells the curator and produces its report."""
+    s = Setup(tmp_path)
+    reported = asyncio.Event()
+    ran: list[str] = []
+
+    async def runner(tenant: str, user: str) -> L1RunReply:
+        ran.append(user)
+        return L1RunReply(ok=True, result=L1RunResult(stored=1))
+
+    jobs = Jobs(s, runner)
+
+    async def slow_report(outcome: JobsOutcome) -> None:
+        jobs.reports.append(outcome)
+        await reported.wait()
+
+    jobs.handler = L1JobsHandler(s.ctx, jobs.scheduler, runner, report=slow_report)
+
+    async def scenario() -> None:
+        turns = TurnsHandler(s.ctx, s.files, jobs.scheduler)
+        [first] = (await turns.handle([record(turn(0), 0)])).jobs
+        await jobs.handler.handle([record(first, 0, TOPIC_JOBS)])
+        while not jobs.reports:  # settled, and stuck producing its report
+            await asyncio.sleep(0.01)
+        [second] = (await turns.handle([record(turn(1), 1)])).jobs
+        await jobs.handler.handle([record(second, 1, TOPIC_JOBS)])
+        reported.set()
+        await jobs.handler.drain()
+
+    run(scenario())
+    assert ran == ["ana", "ana"] and len(jobs.reports) == 2
+    assert not load_triggers(s.files, "t", "ana").running
+
+
+def test_a_worker_keeps_a_bounded_number_of_passes_at_the_extractor(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    running, most = 0, 0
+
+    async def runner(tenant: str, user: str) -> L1RunReply:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.01)
+        running -= 1
+        return L1RunReply(ok=True, result=L1RunResult(stored=1))
+
+    jobs = Jobs(s, runner)
+    jobs.handler = L1JobsHandler(s.ctx, jobs.scheduler, runner, report=jobs.report, max_passes=2)
+    run(jobs.handled([record(job(f"u{i}"), i, TOPIC_JOBS) for i in range(6)]))
+    assert most == 2 and sum(len(r.runs) for r in jobs.reports) == 6
+
+
+def test_a_revoked_worker_leaves_its_passes_to_the_next_owner_which_retries_them(tmp_path: Path) -> None:
+    """The pass in flight at a revocation is not settled by the old owner; the worker assigned the user next
+    finds the run in the trigger state and retries it after the first retry delay, and re-derives the idle
+    wake-up of a user nobody would otherwise extract until their next turn."""
+    s = Setup(tmp_path)
+    release = asyncio.Event()
+    ran: list[str] = []
+
+    async def runner(tenant: str, user: str) -> L1RunReply:
+        ran.append(user)
+        if user == "ana" and len(ran) == 1:
+            await release.wait()
+        return L1RunReply(ok=True, result=L1RunResult(stored=1))
+
+    old, new = Jobs(s, runner), Jobs(s, runner)
+
+    async def scenario() -> None:
+        turns = TurnsHandler(s.ctx, s.files, old.scheduler)
+        [started] = (await turns.handle([record(turn(0), 0)])).jobs
+        await old.handler.handle([record(started, 0, TOPIC_JOBS)])
+        old.scheduler.triggers = L1Triggers(TriggerConfig(every_n=5, warmup=False))  # bo's turn starts no run
+        assert (await turns.handle([record(turn(1, "bo"), 1)])).jobs == []
+        await old.handler.forget()
+        release.set()
+        await asyncio.sleep(0.05)
+        assert old.reports == []  # the old owner settled nothing after the revocation
+        assert await new.handler.adopt(lambda tenant, user: user != "nobody") == 2
+        assert (await new.handler.tick()).jobs == []
+        s.clock.advance(30)  # the first retry delay: ana's run again
+        [retry] = (await new.handler.tick()).jobs
+        assert (retry.user, retry.reason) == ("ana", "retry")
+        await new.handled([record(retry, 1, TOPIC_JOBS)])
+        s.clock.advance(600)  # bo's idle wake-up
+        [idle] = (await new.handler.tick()).jobs
+        assert (idle.user, idle.reason) == ("bo", "idle")
+
+    run(scenario())
+    assert ran == ["ana", "ana"] and [r.ok for r in new.replies()] == [True]
+    assert not load_triggers(s.files, "t", "ana").running
 
 
 class UnsavableScheduler(L1Scheduler):

@@ -54,8 +54,25 @@ def test_a_run_marked_by_a_crashed_worker_does_not_block_the_user_forever(tmp_pa
     files = LocalFileStore(tmp_path)
     L1Scheduler(files).on_turns([turn(0)], NOW)  # marks the user running, then "crashes" before the job
     assert load_triggers(files, "t", "u").running
-    [job] = L1Scheduler(files).on_turns([turn(1)], NOW)  # a new worker owns the user
-    assert job.kind == "run"
+    successor = L1Scheduler(files)  # a new worker owns the user: the run may still be in flight, so it waits
+    assert successor.on_turns([turn(1)], NOW) == [] and successor.due(NOW + timedelta(seconds=29)) == []
+    [job] = successor.due(NOW + timedelta(seconds=30))  # then retries it (the cursor makes a twice-run harmless)
+    assert (job.kind, job.reason) == ("run", "retry")
+
+
+def test_a_worker_assigned_users_re_derives_their_wake_ups_from_the_files(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    triggers = L1Triggers(TriggerConfig(every_n=5, warmup=False, idle_s=60))
+    L1Scheduler(files, triggers).on_turns([turn(0, "idle"), turn(1, "other"), turn(2, "nobody")], NOW)
+    successor = L1Scheduler(files, triggers)
+    found = successor.scan(lambda tenant, user: user != "nobody")  # "nobody" is in a partition owned elsewhere
+    assert sorted(found) == [("t", "idle"), ("t", "other")]
+    successor.on_turns([turn(3, "other")], NOW + timedelta(seconds=30))  # loaded since: its own state wins
+    assert successor.adopt(found, NOW) == 1
+    [idle] = successor.due(NOW + timedelta(seconds=60))
+    assert (idle.user, idle.reason) == ("idle", "idle")
+    [other] = successor.due(NOW + timedelta(seconds=90))
+    assert other.user == "other"
 
 
 class CountingReads(LocalFileStore):

@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from mnemoflow.config import TOPIC_JOBS, TOPIC_TOOL_RESULTS, TOPIC_TURNS, Settings
 from mnemoflow.handlers import (
     HandlerContext,
+    JobsOutcome,
     L1JobsHandler,
     RawRecord,
     ToolResultsHandler,
@@ -146,10 +147,21 @@ def test_one_trace_from_the_api_to_the_l0_write_and_the_stored_atoms(
 
     # the jobs agent runs the pass in the real extractor deployment class (off Serve), which stores the atoms
     server = _extractor(settings, plane(spans, "extractor"))
-    jobs = L1JobsHandler(worker, scheduler, server_client(server))
-    job_record = RawRecord(job.value, job.key, TOPIC_JOBS, 0, 1, job.headers)
-    outcome = asyncio.run(jobs.handle([job_record]))
-    [replies] = outcome.runs.values()  # the first turn starts a run (warm-up), the others make a catch-up run
+    reports: list[JobsOutcome] = []
+
+    async def report(outcome: JobsOutcome) -> None:
+        reports.append(outcome)
+
+    async def run_jobs() -> JobsOutcome:
+        jobs = L1JobsHandler(worker, scheduler, server_client(server), report=report)
+        outcome = await jobs.handle([RawRecord(job.value, job.key, TOPIC_JOBS, 0, 1, job.headers)])
+        await jobs.drain()
+        return outcome
+
+    assert asyncio.run(run_jobs()).parked == []
+    # the first turn starts a run (warm-up), the others make a catch-up run; each is reported when it ends
+    replies = [reply for outcome in reports for reply in outcome.runs[("acme", "ana")]]
+    assert len(replies) == len(reports) == 2
     assert all(r.ok and r.result is not None for r in replies) and sum(r.result.stored for r in replies) > 0
     runs, passes = named(spans, "mnemoflow.worker.l1_run"), named(spans, "mnemoflow.extractor.l1_pass")
     assert len(runs) == len(passes) == len(replies)

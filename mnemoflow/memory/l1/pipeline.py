@@ -14,6 +14,7 @@ decides to run, then ``on_success`` or ``on_failure`` with the outcome. Order of
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -146,6 +147,10 @@ class L1Pipeline:
             result.windows += 1
             result.messages += window.consumed
             result.drafts += len(drafts)
+            # Embedding, dedup and writes above run on the caller's event loop; between windows it answers the
+            # rest (a replica's health check, other users' passes), so a backlog of hundreds of windows does not
+            # look like a hung extractor.
+            await asyncio.sleep(0)
         return result
 
     def _shown(self, tenant: str, user: str, window: Window) -> list[AtomRow]:

@@ -3,8 +3,9 @@
 :class:`~mnemoflow.memory.l1.triggers.L1Triggers` is pure; this class loads and saves each user's
 :class:`~mnemoflow.memory.l1.triggers.TriggerState` around every transition (files are the source of truth) and
 keeps an in-memory index of wake-up times so a periodic ``due`` call can fire idle and retry triggers. The
-index is a cache: after a restart a user's wake-up is known again from its next turn, and a user seen again
-after a restart re-derives it from the persisted state.
+index is a cache: a worker that is assigned partitions re-derives the wake-ups of their users from the persisted
+states (:meth:`L1Scheduler.scan`, :meth:`L1Scheduler.adopt`), so a restart or a rebalance does not forget an
+idle user's extraction or a retry.
 
 Counting turns is checkpointed, not written per batch (``checkpoint_s``). Why: the per-user state file written
 with every capture batch was most of what a worker spent per event beyond the L0 append (issue 9), yet the count
@@ -16,18 +17,22 @@ still written at once; a revoked partition or a stopping worker flushes what is 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 from mnemoflow.events import TurnEvent
+from mnemoflow.governance.reindex import users
 from mnemoflow.ids import SafeId
 from mnemoflow.lru import LRU
 from mnemoflow.memory.l1.state import load_triggers, save_triggers
 from mnemoflow.memory.l1.triggers import Decision, L1Triggers, TriggerState
 from mnemoflow.ports import FileStore
+
+log = logging.getLogger(__name__)
 
 UserKey = tuple[str, str]
 
@@ -68,17 +73,10 @@ class L1Scheduler:
         """States counted by ``on_turns`` since the last checkpoint (bounded: a full map is written at once)."""
         self._saved_at: datetime | None = None
 
-    def _load(self, key: UserKey) -> TriggerState:
-        return self._states.get_or_load(key, self._read)
-
-    def _read(self, key: UserKey) -> TriggerState:
-        """The persisted state; a run marked by a previous owner of this user (a crashed or rebalanced worker)
-        is not trusted, since its job may never have been produced: the user counts as idle again. At worst a
-        run happens twice, which the cursor makes harmless."""
-        state = load_triggers(self._files, *key)
-        if state.running:
-            return state.model_copy(update={"running": False, "inflight": 0})
-        return state
+    def _load(self, key: UserKey, now: datetime) -> TriggerState:
+        """The current state: this worker's own, else the persisted one as a previous owner left it (a run it
+        marked is retried, :meth:`L1Triggers.on_inherit`)."""
+        return self._states.get_or_load(key, lambda k: self.triggers.on_inherit(load_triggers(self._files, *k), now))
 
     def _save(self, states: dict[UserKey, TriggerState], now: datetime) -> None:
         """Write ``states`` and whatever is unsaved (one write for the batch of users). On failure the caller
@@ -132,11 +130,11 @@ class L1Scheduler:
         for event in events:
             if event.role == "user":
                 counts[(event.tenant, event.user)] = counts.get((event.tenant, event.user), 0) + 1
-        settled = [(key, *self.triggers.on_turns(self._load(key), now, n)) for key, n in counts.items()]
+        settled = [(key, *self.triggers.on_turns(self._load(key, now), now, n)) for key, n in counts.items()]
         return self._settle(settled, now, defer=True)
 
     def on_session_end(self, tenant: str, user: str, now: datetime) -> L1Job | None:
-        state, decision = self.triggers.on_session_end(self._load((tenant, user)), now)
+        state, decision = self.triggers.on_session_end(self._load((tenant, user), now), now)
         return self._settle_one((tenant, user), state, decision, now)
 
     def runs_for(self, jobs: Iterable[L1Job], now: datetime) -> dict[UserKey, L1Job]:
@@ -153,7 +151,7 @@ class L1Scheduler:
     def due(self, now: datetime) -> list[L1Job]:
         """Fire the wake-ups whose time has come (idle extraction, retries after a failure)."""
         due = [k for k, at in self._wake.items() if at <= now]
-        settled = [(key, *self.triggers.on_tick(self._load(key), now)) for key in due]
+        settled = [(key, *self.triggers.on_tick(self._load(key, now), now)) for key in due]
         if settled or self._unsaved:  # the periodic tick is also the checkpoint of a worker with no new turns
             return self._settle(settled, now)
         return []
@@ -162,7 +160,7 @@ class L1Scheduler:
         self, tenant: str, user: str, now: datetime, error: str | None = None
     ) -> tuple[L1Job | None, str | None]:
         """After a run: a catch-up run due now (if any) and, after too many failures, a dead-letter reason."""
-        state = self._load((tenant, user))
+        state = self._load((tenant, user), now)
         if error is None:
             state, decision = self.triggers.on_success(state, now)
         else:
@@ -183,3 +181,37 @@ class L1Scheduler:
             self._unsaved = {}
             self._wake.clear()
             self._states.clear()
+
+    def scan(self, owns: Callable[[str, str], bool]) -> dict[UserKey, TriggerState]:
+        """The persisted states of the users ``owns`` says this worker owns now, those with something left to
+        decide (turns pending, a retry, a run a previous owner marked). Only reads files: it runs on any thread,
+        and its result goes to :meth:`adopt`."""
+        found: dict[UserKey, TriggerState] = {}
+        for key in users(self._files):
+            if len(found) >= self._max_wakeups:
+                break
+            if not owns(*key):
+                continue
+            try:
+                state = load_triggers(self._files, *key)
+            except ValueError as exc:  # the user's next turn fails loudly on it; the others are adopted
+                log.error("L1 trigger state of %s/%s unreadable: %s", *key, exc)
+                continue
+            if state.running or state.pending > 0 or state.retry_at is not None:
+                found[key] = state
+        return found
+
+    def adopt(self, found: dict[UserKey, TriggerState], now: datetime) -> int:
+        """Index the wake-ups of the states :meth:`scan` found; a user this worker has loaded since keeps its
+        own state. Returns how many wake-ups were indexed."""
+        indexed = 0
+        for key, persisted in found.items():
+            if key in self._states or len(self._wake) >= self._max_wakeups:
+                continue
+            state = self.triggers.on_inherit(persisted, now)
+            wake_at = self.triggers.wake_at(state)
+            if wake_at is not None:
+                self._states.put(key, state)
+                self._wake[key] = wake_at
+                indexed += 1
+        return indexed

@@ -86,9 +86,27 @@ class L1Triggers:
             return None
         return state.last_turn_at + timedelta(seconds=self.config.idle_s)
 
-    def _wait(self, state: TriggerState) -> tuple[TriggerState, Decision]:
+    def wake_at(self, state: TriggerState) -> datetime | None:
+        """When :meth:`on_tick` next has something to decide for a user not running (None: only a turn or a
+        session end moves it)."""
         times = [t for t in (self._idle_at(state), state.retry_at) if t is not None]
-        return state, Decision(wake_at=min(times) if times else None)
+        return min(times) if times else None
+
+    def _wait(self, state: TriggerState) -> tuple[TriggerState, Decision]:
+        return state, Decision(wake_at=self.wake_at(state))
+
+    def on_inherit(self, state: TriggerState, now: datetime) -> TriggerState:
+        """The state as a previous owner of the user left it (a crashed, stopped or rebalanced worker).
+
+        A run it marked may still be in flight at the extractor, or ended with nobody to record it, or its job
+        was never produced: the run is retried once the first retry delay has passed. By then a pass still in
+        flight has usually finished, and the retry finds nothing past the cursor; at worst a pass runs twice,
+        which the cursor makes harmless."""
+        if not state.running:
+            return state
+        retry = self.config.retry
+        retry_at = now + timedelta(seconds=min(retry.base_delay, retry.max_delay))
+        return state.model_copy(update={"running": False, "inflight": 0, "rerun": False, "retry_at": retry_at})
 
     def on_turn(self, state: TriggerState, now: datetime) -> tuple[TriggerState, Decision]:
         """A user turn was written to L0."""
