@@ -79,6 +79,8 @@ class L1JobsHandler:
         self._ctx, self._scheduler, self._run_l1, self._l1_done = ctx, scheduler, run_l1, l1_done
         self._report, self._pass_timeout_s = report, pass_timeout_s
         self._passes: dict[UserKey, asyncio.Task[None]] = {}
+        """By user, the pass not yet settled in the trigger state (its task then goes on to report)."""
+        self._tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(max_passes)
         self._generation = 0
         """Bumped when this worker may have lost its users (a revocation, a stop): a pass started before is
@@ -105,6 +107,8 @@ class L1JobsHandler:
             parent = None if parents is None else parents.get(job.key)
             task = asyncio.create_task(self._pass(key, job, parent, self._generation), name=f"L1 pass {job.key}")
             self._passes[key] = task
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
             task.add_done_callback(functools.partial(self._ended, key))
         return outcome
 
@@ -113,9 +117,9 @@ class L1JobsHandler:
             del self._passes[key]
 
     async def drain(self) -> None:
-        """Wait until no pass of this worker is in flight (catch-up runs included)."""
-        while self._passes:
-            await asyncio.gather(*self._passes.values(), return_exceptions=True)
+        """Wait until no pass of this worker is in flight or reporting (catch-up runs included)."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def tick(self) -> Outcome:
         """The runs whose wake-up has come (idle users, retries after a failure), to publish as jobs."""
@@ -160,7 +164,8 @@ class L1JobsHandler:
 
     def _abandon(self) -> None:
         """Cancel waiting for the passes in flight (a pass itself runs on at the extractor, which does not
-        cancel it): their results are not this worker's to record any more."""
+        cancel it): their results are not this worker's to record any more. Passes already settled finish
+        their reports."""
         self._generation += 1
         for task in self._passes.values():
             task.cancel()

@@ -263,6 +263,47 @@ def test_health_reports_each_dependency_and_a_stopped_worker_through_serve(stack
     assert "mnemoflow_events_submitted_total" in metrics
 
 
+def test_a_restarted_worker_runs_the_extraction_its_predecessor_left_due(stack: Stack) -> None:
+    """Wake-ups live in a worker's memory. A worker assigned partitions re-derives them from the users' trigger
+    states: an idle extraction that came due while no worker ran, and a pass a stopped worker left running, are
+    run without a new turn from those users."""
+    from mnemoflow.events import TurnEvent
+    from mnemoflow.memory.l0 import L0Writer
+    from mnemoflow.memory.l1.state import load_cursor, save_triggers
+    from mnemoflow.memory.l1.triggers import TriggerState
+
+    files = LocalFileStore(stack.settings.data_dir)
+    now = datetime.now(UTC)
+    said = ["I moved to Porto last spring.", "My sister Ines teaches chemistry.", "I always cycle to work."]
+    stack.kill_worker(signal.SIGTERM)
+    try:  # what a worker captured before it stopped, and the trigger states it left
+        for user in ("idle-due", "left-running"):
+            L0Writer(files).write(
+                TurnEvent(
+                    tenant=TENANT, message_id=f"{user}-{i}", user=user, session="s", role="user", content=t, ts=now
+                )
+                for i, t in enumerate(said)
+            )
+        earlier = now - timedelta(hours=1)
+        save_triggers(
+            files,
+            {
+                (TENANT, "idle-due"): TriggerState(pending=3, last_turn_at=earlier),
+                (TENANT, "left-running"): TriggerState(pending=3, inflight=3, running=True, last_turn_at=earlier),
+            },
+        )
+    finally:
+        stack.start_worker()
+    deadline = time.monotonic() + 180  # the first retry delay (30 s) for the pass left running, then the pass
+    cursors = {}
+    while time.monotonic() < deadline:
+        cursors = {u: sum(load_cursor(files, TENANT, u).done.values()) for u in ("idle-due", "left-running")}
+        if cursors == {"idle-due": 3, "left-running": 3}:
+            break
+        time.sleep(1)
+    assert cursors == {"idle-due": 3, "left-running": 3}
+
+
 def test_no_dead_letters_were_needed(stack: Stack) -> None:
     log = (Path(stack.log_dir) / "worker.log").read_text(errors="replace")
     assert "parked" not in log
