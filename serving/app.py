@@ -48,6 +48,9 @@ class ApiIngress:
         from mnemoflow.storage import LocalFileStore
 
         embedder, store = open_index(self._settings)
+        # The model loads now, with the recaller, not inside the first query's search and its timeout (1 s): a
+        # replica's first recall came back empty on a busy machine.
+        embedder.embed(["warm up"])
         files = LocalFileStore(self._settings.data_dir)
         return Recaller(store=TimedIndex(store), embedder=QueryCache(embedder), files=files)
 
