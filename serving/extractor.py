@@ -49,10 +49,6 @@ class ExtractorServer:
             clock=SystemClock(),
         )
         self._running: dict[tuple[str, str], asyncio.Task[Any]] = {}
-        self._slots = asyncio.Semaphore(max_batch_size if make_llm else 1)
-        """Passes doing work at once. Without a model a pass is CPU work on this replica's event loop (embedding,
-        dedup, writes), so running several at once gains nothing and makes each window, and the replica's health
-        check, wait behind all of them; with a model, passes mostly wait for it, and the engine batches them."""
         self._batch_sizes: deque[int] = deque(maxlen=1000)
         self._locks: dict[tuple[str, str], tuple[asyncio.Lock, list[int]]] = {}
         self._operations = _operation_applier(settings, self._pipeline, embedder, self.store)
@@ -73,7 +69,7 @@ class ExtractorServer:
                 del self._locks[key]
 
     async def _locked_run(self, tenant: str, user: str, parent: str | None = None) -> Any:
-        async with self._user((tenant, user)), self._slots:
+        async with self._user((tenant, user)):
             try:
                 run = functools.partial(self._pipeline.run, tenant, user)
                 result = await (run() if self._tracing is None else traced_pass(self._tracing, parent, tenant, run))

@@ -56,10 +56,11 @@ PASS_TIMEOUT_S = 900.0
 replica died without an answer must not keep the user "running" forever. Why so long: a first pass over a
 backlog with a CPU model takes minutes, and a retry of a pass still running joins it at the extractor."""
 
-MAX_PASSES = 16
-"""Passes one worker has at the extractor at once (one ``@serve.batch`` of the deployment); the others wait their
-turn in the worker. Why: jobs no longer wait for passes, so without a bound a burst of due users (a restart's
-retries, a replay) would queue past the replicas' ``max_ongoing_requests``, and their health checks behind it."""
+MAX_PASSES = 64
+"""Passes one worker has at the extractor at once (a replica's ``max_ongoing_requests``, and the most one batch of
+jobs ran at once when jobs waited for their passes); the others wait their turn in the worker. Why a bound: jobs
+no longer wait for passes, so a burst of due users (a restart's retries, a replay) would otherwise become that
+many requests queued at the extractor's router at once."""
 
 
 class L1JobsHandler:
