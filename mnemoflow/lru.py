@@ -39,6 +39,11 @@ class LRU(Generic[K, V]):
     def clear(self) -> None:
         self._items.clear()
 
+    def retain(self, keep: Callable[[K], bool]) -> None:
+        """Drop every item whose key ``keep`` refuses."""
+        for key in [k for k in self._items if not keep(k)]:
+            del self._items[key]
+
     def __contains__(self, key: object) -> bool:
         return key in self._items
 

@@ -137,10 +137,10 @@ def build_app(
 
     @app.on_partitions_assigned.connect
     async def _adopt(app: faust.App, assigned: Any, **kwargs: Any) -> None:
-        # The users of the turns partitions this worker owns now: their idle and retry wake-ups, and the passes
-        # a previous owner left running, come back from the trigger states (beside the stream, not in the way
-        # of the rebalance).
-        if not schedule_l1:
+        # The users of the turns partitions this worker owns now: its passes for users it kept settle, the others
+        # are left to their new owners; idle and retry wake-ups, and passes a previous owner left running, come
+        # back from the trigger states (beside the stream, not in the way of the rebalance).
+        if run_l1 is None:
             return
         mine = {tp.partition for tp in assigned if tp.topic == TOPIC_TURNS}
         n = app.consumer.topic_partitions(TOPIC_TURNS) or settings.turns_partitions
@@ -152,7 +152,8 @@ def build_app(
 
     @app.on_partitions_revoked.connect
     async def _forget(app: faust.App, revoked: Any, **kwargs: Any) -> None:
-        # Another worker may own these partitions' users and sessions now: never trust the caches again.
+        # Another worker may own these partitions' users and sessions now: the writers drop their caches, the
+        # jobs handler checkpoints and waits for the assignment to know which of its users it kept.
         for handler in (on_turns, on_tool_results, on_jobs):
             await handler.forget()
 

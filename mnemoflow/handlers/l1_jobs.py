@@ -9,9 +9,10 @@ beside the stream, and its result is settled and reported when it comes. Why: a 
 (a backlog, a CPU model, an extractor replica lost mid-pass), and a record in flight holds a rebalance, which
 waits for every record in flight before it hands partitions over; a worker that waits longer than the
 rebalance timeout is expelled from the group and its partitions stand still until it rejoins (issue 9). The run
-is not lost with the record: the state says it is running, and a worker that is assigned the user retries it
-from the files (:meth:`L1Scheduler.scan`, :meth:`L1Triggers.on_inherit`); the L0 lines past the cursor are
-the work, and the cursor makes a second pass harmless.
+is not lost with the record: the state says it is running. A pass in flight across a rebalance is settled by this
+worker if it still owns the user afterwards; otherwise the worker that is assigned the user retries it from the
+files (:meth:`L1Scheduler.scan`, :meth:`L1Triggers.on_inherit`): the L0 lines past the cursor are the work, and
+the cursor makes a second pass harmless.
 """
 
 from __future__ import annotations
@@ -51,6 +52,21 @@ Report = Callable[[JobsOutcome], Awaitable[object]]
 """Given what a pass did once it is settled (its reply, and a job it parked after the last retry): the wiring
 produces the dead letters and counts the runs."""
 
+Owns = Callable[[str, str], bool]
+"""Whether a (tenant, user) is in the partitions assigned to this worker."""
+
+
+def _everyone(tenant: str, user: str) -> bool:
+    return True
+
+
+class _Rebalancing:
+    """A settle that found a rebalance under way: it waits for the assignment and tries again."""
+
+
+_REBALANCING = _Rebalancing()
+
+
 PASS_TIMEOUT_S = 900.0
 """A pass unanswered by then counts as failed, and the trigger machine retries it. Why a bound: a request whose
 replica died without an answer must not keep the user "running" forever. Why so long: a first pass over a
@@ -83,9 +99,11 @@ class L1JobsHandler:
         """By user, the pass not yet settled in the trigger state (its task then goes on to report)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(max_passes)
-        self._generation = 0
-        """Bumped when this worker may have lost its users (a revocation, a stop): a pass started before is
-        no longer this worker's to settle; the next owner retries it from the files."""
+        self._owns: Owns = _everyone
+        """The users of the partitions assigned to this worker (everyone until a first assignment says)."""
+        self._assigned = asyncio.Event()
+        """Cleared from a revocation until the next assignment: who owns what is unknown, so nothing settles."""
+        self._assigned.set()
 
     async def handle(self, records: Sequence[RawRecord]) -> JobsOutcome:
         """Record the runs the jobs ask for and start their passes; the outcome lists the records parked (the
@@ -106,7 +124,7 @@ class L1JobsHandler:
                 log.debug("L1 for %s is already running", job.key)
                 continue
             parent = None if parents is None else parents.get(job.key)
-            task = asyncio.create_task(self._pass(key, job, parent, self._generation), name=f"L1 pass {job.key}")
+            task = asyncio.create_task(self._pass(key, job, parent), name=f"L1 pass {job.key}")
             self._passes[key] = task
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -131,12 +149,18 @@ class L1JobsHandler:
             log.error("%s", exc)
             return Outcome()
 
-    async def adopt(self, owns: Callable[[str, str], bool]) -> int:
-        """This worker was assigned partitions: index the wake-ups of their users from the persisted states, so
+    async def adopt(self, owns: Owns) -> int:
+        """This worker was assigned partitions (``owns``: whether a user is in them). What it knew of users it
+        no longer owns goes, with its passes for them (their next owner retries them); its passes for users it
+        kept settle as usual. The wake-ups of users it did not know are indexed from their persisted states, so
         an idle user's extraction, a retry, or a pass a previous owner left running is not forgotten. The files
         are read on a thread of their own (the writer thread keeps writing L0 meanwhile). Returns how many
         wake-ups were indexed."""
-        generation = self._generation
+        await self._ctx.blocking(lambda: self._scheduler.retain(owns))
+        for key in [k for k in self._passes if not owns(*k)]:
+            self._passes.pop(key).cancel()  # the pass runs on at the extractor: only its result is not ours
+        self._owns = owns
+        self._assigned.set()
         try:
             found = await asyncio.to_thread(self._scheduler.scan, owns)
         except Exception as exc:  # noqa: BLE001 - the users' next turns index them again: late, not lost
@@ -144,33 +168,27 @@ class L1JobsHandler:
             return 0
         now = self._ctx.clock.now()
 
-        def adopt() -> int:  # on the writer thread, after any revocation that came meanwhile
-            return self._scheduler.adopt(found, now) if generation == self._generation else 0
+        def adopt() -> int:  # on the writer thread; not if another rebalance began meanwhile
+            return self._scheduler.adopt(found, now) if self._owns is owns and self._assigned.is_set() else 0
 
         indexed = await self._ctx.blocking(adopt)
         log.info("L1 wake-ups of %d users re-derived from %d trigger states", indexed, len(found))
         return indexed
 
     async def forget(self) -> None:
-        """Another worker may own these users now: stop settling this worker's passes, checkpoint the turn
-        counts, drop the wake-ups this one knew."""
-        self._abandon()
-        await self._checkpoint(self._scheduler.forget)
-
-    async def flush(self) -> None:
-        """A stopping worker writes the turn counts it has not checkpointed yet (its passes in flight are left
-        to the next owner, which retries them)."""
-        self._abandon()
+        """A revocation: until the next assignment says which users stay, passes that end wait to settle; the
+        turn counts are checkpointed for whichever worker owns the users next."""
+        self._assigned.clear()
         await self._checkpoint(self._scheduler.flush)
 
-    def _abandon(self) -> None:
-        """Cancel waiting for the passes in flight (a pass itself runs on at the extractor, which does not
-        cancel it): their results are not this worker's to record any more. Passes already settled finish
-        their reports."""
-        self._generation += 1
+    async def flush(self) -> None:
+        """A stopping worker writes the turn counts it has not checkpointed yet, and stops waiting for its
+        passes (each runs on at the extractor; the next owner of the user retries it from the files)."""
+        self._assigned.clear()
         for task in self._passes.values():
             task.cancel()
         self._passes.clear()
+        await self._checkpoint(self._scheduler.flush)
 
     async def _checkpoint(self, fn: Callable[[datetime], None]) -> None:
         now = self._ctx.clock.now()
@@ -183,7 +201,7 @@ class L1JobsHandler:
         """Scheduler work (trigger state in files) on the writer thread, with the retry policy."""
         return await self._ctx.retry.call(lambda: self._ctx.blocking(fn), what, self._ctx.sleep)
 
-    async def _pass(self, key: UserKey, job: L1Job, parent: Context | None, generation: int) -> None:
+    async def _pass(self, key: UserKey, job: L1Job, parent: Context | None) -> None:
         """Run the user's pass, settle it in the trigger state, report it; then the catch-up run, if the turns
         that came meanwhile make one due."""
         run: L1Job | None = job
@@ -195,12 +213,12 @@ class L1JobsHandler:
             if error is not None:
                 log.warning("L1 for %s failed: %s", run.key, error)
             try:
-                settled = await self._settle(key, error, generation)
+                settled = await self._settle(key, error)
             except RetriesExhausted as exc:
                 outcome.parked.append(self._dead(run, str(exc)))
                 await self._reported(outcome)
                 return
-            if settled is None:  # this worker lost the user meanwhile
+            if settled is None:  # the user went to another worker meanwhile
                 return
             catch_up, dead = settled
             if catch_up is None:  # settled: a job for the user from now on asks for a new run, not this one
@@ -239,14 +257,22 @@ class L1JobsHandler:
         except Exception as exc:  # the extractor was unreachable: a failed pass like any other
             return L1RunReply.failed(exc)
 
-    async def _settle(self, key: UserKey, error: str | None, generation: int) -> tuple[L1Job | None, str | None] | None:
-        """Record the pass's result (None: this worker no longer owns the user, and records nothing)."""
-        now: datetime = self._ctx.clock.now()
+    async def _settle(self, key: UserKey, error: str | None) -> tuple[L1Job | None, str | None] | None:
+        """Record the pass's result once this worker knows it owns the user (None: it does not, and records
+        nothing)."""
+        while True:
+            await self._assigned.wait()
 
-        def settle() -> tuple[L1Job | None, str | None] | None:
-            return self._scheduler.on_result(*key, now, error) if generation == self._generation else None
+            def settle() -> tuple[L1Job | None, str | None] | None | _Rebalancing:
+                if not self._assigned.is_set():  # a revocation began after the wait: wait for its assignment
+                    return _REBALANCING
+                if not self._owns(*key):
+                    return None
+                return self._scheduler.on_result(*key, self._ctx.clock.now(), error)
 
-        return await self._scheduled(settle, "record the L1 result")
+            settled = await self._scheduled(settle, "record the L1 result")
+            if not isinstance(settled, _Rebalancing):
+                return settled
 
     async def _reported(self, outcome: JobsOutcome) -> None:
         if self._report is None:

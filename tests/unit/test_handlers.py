@@ -358,7 +358,7 @@ def test_a_worker_keeps_a_bounded_number_of_passes_at_the_extractor(tmp_path: Pa
 
 
 def test_a_revoked_worker_leaves_its_passes_to_the_next_owner_which_retries_them(tmp_path: Path) -> None:
-    """The pass in flight at a revocation is not settled by the old owner; the worker assigned the user next
+    """A pass in flight for a user a rebalance moves is not settled by the old owner; the worker assigned the user next
     finds the run in the trigger state and retries it after the first retry delay, and re-derives the idle
     wake-up of a user nobody would otherwise extract until their next turn."""
     s = Setup(tmp_path)
@@ -379,10 +379,13 @@ def test_a_revoked_worker_leaves_its_passes_to_the_next_owner_which_retries_them
         await old.handler.handle([record(started, 0, TOPIC_JOBS)])
         old.scheduler.triggers = L1Triggers(TriggerConfig(every_n=5, warmup=False))  # bo's turn starts no run
         assert (await turns.handle([record(turn(1, "bo"), 1)])).jobs == []
-        await old.handler.forget()
+        await old.handler.forget()  # a revocation: the pass that ends now waits for the assignment
         release.set()
         await asyncio.sleep(0.05)
-        assert old.reports == []  # the old owner settled nothing after the revocation
+        assert old.reports == []
+        await old.handler.adopt(lambda tenant, user: False)  # which gives ana and bo to another worker
+        await asyncio.sleep(0.05)
+        assert old.reports == []  # the old owner settled nothing
         assert await new.handler.adopt(lambda tenant, user: user != "nobody") == 2
         assert (await new.handler.tick()).jobs == []
         s.clock.advance(30)  # the first retry delay: ana's run again
@@ -395,6 +398,37 @@ def test_a_revoked_worker_leaves_its_passes_to_the_next_owner_which_retries_them
 
     run(scenario())
     assert ran == ["ana", "ana"] and [r.ok for r in new.replies()] == [True]
+    assert not load_triggers(s.files, "t", "ana").running
+
+
+def test_a_pass_in_flight_across_a_rebalance_that_keeps_its_user_settles_as_usual(tmp_path: Path) -> None:
+    """No second pass for a user who stayed: the old pass's result is recorded once the assignment is known."""
+    s = Setup(tmp_path)
+    release = asyncio.Event()
+    ran: list[str] = []
+
+    async def runner(tenant: str, user: str) -> L1RunReply:
+        ran.append(user)
+        await release.wait()
+        return L1RunReply(ok=True, result=L1RunResult(stored=1))
+
+    jobs = Jobs(s, runner)
+
+    async def scenario() -> None:
+        turns = TurnsHandler(s.ctx, s.files, jobs.scheduler)
+        [started] = (await turns.handle([record(turn(0), 0)])).jobs
+        await jobs.handler.handle([record(started, 0, TOPIC_JOBS)])
+        await jobs.handler.forget()
+        release.set()
+        await asyncio.sleep(0.05)
+        assert jobs.reports == [] and load_triggers(s.files, "t", "ana").running  # waiting for the assignment
+        assert await jobs.handler.adopt(lambda tenant, user: True) == 0  # ana stays, her run is known here
+        await jobs.handler.drain()
+        s.clock.advance(600)
+        assert (await jobs.handler.tick()).jobs == []  # no retry of a pass that was settled
+
+    run(scenario())
+    assert ran == ["ana"] and [r.ok for r in jobs.replies()] == [True]
     assert not load_triggers(s.files, "t", "ana").running
 
 

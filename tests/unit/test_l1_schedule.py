@@ -85,15 +85,19 @@ class CountingReads(LocalFileStore):
         return super().read_bytes(path)
 
 
-def test_a_users_trigger_state_is_read_once_then_kept_until_the_partition_is_revoked(tmp_path: Path) -> None:
+def test_a_users_trigger_state_is_read_once_then_kept_while_the_worker_owns_the_user(tmp_path: Path) -> None:
     files = CountingReads(tmp_path)
     sched = L1Scheduler(files, L1Triggers(TriggerConfig(warmup=False)))
     for i in range(3):
         sched.on_turns([turn(i)], NOW)
     assert files.reads == 1 and load_triggers(files, "t", "u").pending == 3
-    sched.forget(NOW)
+    sched.retain(lambda tenant, user: True)  # a rebalance that keeps the user keeps what this worker knew
     sched.on_turns([turn(3)], NOW)
-    assert files.reads == 3  # read again after forget (the load_triggers above was the second)
+    assert files.reads == 2  # (the load_triggers above was the second)
+    sched.flush(NOW)
+    sched.retain(lambda tenant, user: False)  # one that moves the user drops it
+    sched.on_turns([turn(4)], NOW)
+    assert files.reads == 3  # read again when the user comes back
 
 
 def test_turn_counts_are_checkpointed_and_a_crash_makes_the_trigger_late_not_lost(tmp_path: Path) -> None:
@@ -121,7 +125,7 @@ def test_a_revoked_or_stopping_worker_writes_its_unsaved_counts(tmp_path: Path) 
     sched.flush(NOW + timedelta(seconds=2))
     assert load_triggers(files, "t", "u").pending == 2
     sched.on_turns([turn(2, user="v")], NOW + timedelta(seconds=3))
-    sched.forget(NOW + timedelta(seconds=4))
+    sched.flush(NOW + timedelta(seconds=4))  # what a revocation does
     assert load_triggers(files, "t", "v").pending == 1
 
 

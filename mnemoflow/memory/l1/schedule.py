@@ -172,15 +172,12 @@ class L1Scheduler:
         if self._unsaved:
             self._save({}, now)
 
-    def forget(self, now: datetime) -> None:
-        """Flush, then drop the wake-up index and what this worker knew (another worker may own these users
-        now). A failed flush only makes their next trigger late: it is logged by the caller, the caches go."""
-        try:
-            self.flush(now)
-        finally:
-            self._unsaved = {}
-            self._wake.clear()
-            self._states.clear()
+    def retain(self, owns: Callable[[str, str], bool]) -> None:
+        """After a rebalance: keep what this worker knew of the users it still owns (their states, wake-ups and
+        unsaved counts, and so the runs in flight it will settle), drop the others (another worker owns them)."""
+        self._states.retain(lambda key: owns(*key))
+        self._wake = {key: at for key, at in self._wake.items() if owns(*key)}
+        self._unsaved = {key: state for key, state in self._unsaved.items() if owns(*key)}
 
     def scan(self, owns: Callable[[str, str], bool]) -> dict[UserKey, TriggerState]:
         """The persisted states of the users ``owns`` says this worker owns now, those with something left to
