@@ -70,7 +70,7 @@ _REBALANCING = _Rebalancing()
 PASS_TIMEOUT_S = 900.0
 """A pass unanswered by then counts as failed, and the trigger machine retries it. Why a bound: a request whose
 replica died without an answer must not keep the user "running" forever. Why so long: a first pass over a
-backlog with a CPU model takes minutes, and a retry of a pass still running joins it at the extractor."""
+backlog with a CPU model takes minutes (a retry that reaches the replica still running the pass joins it)."""
 
 MAX_PASSES = 64
 """Passes one worker has at the extractor at once (a replica's ``max_ongoing_requests``, and the most one batch of
