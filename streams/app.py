@@ -50,7 +50,7 @@ from mnemoflow.sharding import user_key
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.tracing import Tracing
 from streams.faust_transport import App, RawBytes
-from streams.metrics import WorkerMetrics
+from streams.metrics import FetchStalls, WorkerMetrics
 from streams.topics import keyed_partition
 
 log = logging.getLogger(__name__)
@@ -189,19 +189,23 @@ def build_app(
         async for events in stream.take_events(64, within=0.05):
             await handled(TOPIC_COMMANDS, [ev.message for ev in events], on_commands.handle)
 
+    stalls = FetchStalls()
+
     @app.timer(interval=LAG_INTERVAL_S)
     async def measure_lag() -> None:
         consumer = app.consumer
-        lags: dict[tuple[str, int], int] = {}
+        positions: dict[tuple[str, int], tuple[int, int]] = {}
         try:
             for tp in consumer.assignment():
                 high, position = consumer.highwater(tp), await consumer.position(tp)
                 if high is not None and position is not None:
-                    lags[(tp.topic, tp.partition)] = max(0, high - position)
+                    positions[(tp.topic, tp.partition)] = (position, max(0, high - position))
         except Exception as exc:  # noqa: BLE001 - a rebalance took a partition mid-walk: the next tick measures
             log.debug("consumer lag not measured: %s", exc)
             return
-        metrics.set_lag(lags)
+        metrics.set_lag({tp: lag for tp, (_, lag) in positions.items()})
+        for stall in stalls.observe(positions, time.monotonic()):
+            log.warning("not fetching %s", stall)
 
     if settings.retention:
         sweeper = RetentionSweeper(ctx, files, settings.retention)

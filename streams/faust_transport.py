@@ -127,6 +127,7 @@ class BatchDrainConsumer(aiokafka_driver.Consumer):
         to_message = self._to_message
         end_offset_tracked: set[TP] = set()
         batch_tracked: set[TP] = set()
+        dropped: set[TP] = set()
         callback = self.callback
         read_offset = self._read_offset
         acks_enabled_for = app.topics.acks_enabled_for
@@ -155,7 +156,15 @@ class BatchDrainConsumer(aiokafka_driver.Consumer):
             offset = message.offset
             last = read_offset[tp]
             if last is not None and offset < last:
-                self.log.dev("DROPPED MESSAGE ROFF %r: k=%r v=%r", offset, message.key, message.value)
+                if tp not in dropped:  # once per partition and fetch: a record below the read offset is skipped
+                    dropped.add(tp)
+                    self.log.warning(
+                        "skipping %s[%d] from offset %d: below the read offset %d (taken as already read)",
+                        tp.topic,
+                        tp.partition,
+                        offset,
+                        last,
+                    )
                 continue
             if last and offset - last > 1 and acks_enabled_for(message.topic):
                 await self._add_gap(tp, last + 1, offset)

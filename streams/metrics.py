@@ -115,3 +115,37 @@ def serve_metrics(metrics: WorkerMetrics, host: str, port: int) -> int | None:
     bound = int(server.server_address[1])
     log.info("worker metrics on http://%s:%d/metrics", host, bound)
     return bound
+
+
+STALL_S = 30.0
+"""How long an assigned partition may have records past its position without the position moving before the
+worker says so in its log."""
+
+
+class FetchStalls:
+    """Partitions whose consumer position stands still while records wait past it: a worker that stopped
+    fetching a partition it owns looks healthy in every other way (seen after rebalances under load, issue 9)."""
+
+    def __init__(self, stall_s: float = STALL_S) -> None:
+        self._stall_s = stall_s
+        self._since: dict[tuple[str, int], tuple[int, float]] = {}
+        self._told: set[tuple[str, int]] = set()
+
+    def observe(self, positions: dict[tuple[str, int], tuple[int, int]], now: float) -> list[str]:
+        """``positions``: by partition, (position, records past it). Returns what to log, once per stall."""
+        said = []
+        for tp, (position, lag) in positions.items():
+            seen = self._since.get(tp)
+            if lag <= 0 or seen is None or seen[0] != position:
+                self._since[tp] = (position, now)
+                self._told.discard(tp)
+            elif now - seen[1] >= self._stall_s and tp not in self._told:
+                self._told.add(tp)
+                said.append(
+                    f"{tp[0]}[{tp[1]}]: {lag} records past position {position}, which has not moved for "
+                    f"{now - seen[1]:.0f} s"
+                )
+        for tp in set(self._since) - set(positions):  # partitions handed to another worker
+            del self._since[tp]
+            self._told.discard(tp)
+        return said

@@ -110,3 +110,16 @@ def test_dedup_decisions_are_counted_as_the_gain_since_the_last_reading() -> Non
     seen = DedupStats(gated_skip=2, gated_store=1, judged=4)
     now = DedupStats(gated_skip=5, gated_store=1, judged=6, decided_in_extraction=1, judge_calls=9)
     assert decisions_since(seen, now) == {"skip": 3, "store": 0, "judged": 2, "extraction": 1}
+
+
+def test_a_partition_whose_position_stands_still_behind_waiting_records_is_told_once() -> None:
+    from streams.metrics import FetchStalls
+
+    stalls, tp = FetchStalls(stall_s=30), ("mnemoflow.turns", 3)
+    assert stalls.observe({tp: (100, 5)}, 0) == []
+    assert stalls.observe({tp: (100, 5)}, 29) == []
+    [said] = stalls.observe({tp: (100, 7)}, 31)
+    assert said == "mnemoflow.turns[3]: 7 records past position 100, which has not moved for 31 s"
+    assert stalls.observe({tp: (100, 7)}, 60) == []  # once per stall
+    assert stalls.observe({tp: (140, 0)}, 65) == []  # caught up
+    assert stalls.observe({tp: (150, 2)}, 70) == [] and stalls.observe({tp: (151, 2)}, 200) == []  # moving
