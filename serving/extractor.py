@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import functools
+import os
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from opentelemetry.trace import SpanKind
@@ -26,7 +29,7 @@ from mnemoflow.index.sqlite_scrub import scrub_sqlite_index
 from mnemoflow.memory.engines import l1_engines
 from mnemoflow.memory.l1.pipeline import L1Pipeline, L1RunReply, L1RunResult
 from mnemoflow.ports import SystemClock
-from mnemoflow.storage import LocalFileStore
+from mnemoflow.storage import Layout, LocalFileStore
 from mnemoflow.tracing import Tracing, from_traceparent, setup_tracing
 from serving.llm import llm_factory
 from serving.loopback import keep_replica_on_loopback
@@ -54,10 +57,12 @@ class ExtractorServer:
         self._operations = _operation_applier(settings, self._pipeline, embedder, self.store)
         self._metrics = ExtractorMetrics()
         self._tracing = setup_tracing(settings, "extractor")
+        self._data_dir = settings.data_dir
 
     @contextlib.asynccontextmanager
     async def _user(self, key: tuple[str, str]) -> AsyncIterator[None]:
-        """One user's L1 passes and operations never overlap (an erase must not race a pass's writes)."""
+        """One user's L1 passes and operations never overlap in this replica (an erase must not race a pass's
+        writes)."""
         entry = self._locks.setdefault(key, (asyncio.Lock(), [0]))
         entry[1][0] += 1  # holders and waiters: the lock is dropped when the last one leaves
         try:
@@ -69,7 +74,8 @@ class ExtractorServer:
                 del self._locks[key]
 
     async def _locked_run(self, tenant: str, user: str, parent: str | None = None) -> Any:
-        async with self._user((tenant, user)):
+        lock = self._data_dir / Layout.user_dir(tenant, user) / "state" / "l1.lock"
+        async with self._user((tenant, user)), across_replicas(lock):  # and one pass per user across replicas
             try:
                 run = functools.partial(self._pipeline.run, tenant, user)
                 result = await (run() if self._tracing is None else traced_pass(self._tracing, parent, tenant, run))
@@ -123,6 +129,33 @@ class ExtractorServer:
     async def check(self) -> str:
         """Readiness of this replica, for ``/health``: it answers, and says how many users' runs are in flight."""
         return f"{len(self._running)} runs in flight"
+
+
+LOCK_POLL_S = 0.2
+"""How often a pass waiting for another replica's pass on the same user tries the file lock again."""
+
+
+@contextlib.asynccontextmanager
+async def across_replicas(path: Path) -> AsyncIterator[None]:
+    """An exclusive ``flock`` on ``path``, waited for without blocking the event loop.
+
+    Why: when a user moves to another stream worker mid-pass (a rebalance, a crash), the new owner retries the pass
+    and Serve may route it to another replica while the first still runs. Held apart, the second pass starts after
+    the first advanced the cursor and finds little left, instead of extracting the same turns beside it (work done
+    twice, and atoms neither pass had indexed yet stored twice). Erasing the user removes the file with the rest;
+    the next pass makes a new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                await asyncio.sleep(LOCK_POLL_S)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 MAX_ATOM_IDS = 100
