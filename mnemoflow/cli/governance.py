@@ -85,10 +85,11 @@ def reindex(
 ) -> None:
     """Rebuild the atom index from records/ alone (built beside the old file, then swapped in). Stack stopped."""
     from mnemoflow.embedding.factory import build_embedder
-    from mnemoflow.governance.reindex import count_live, reindex_user, users
+    from mnemoflow.governance.reindex import count_live, reindex_user
     from mnemoflow.index.factory import index_path, open_store
     from mnemoflow.ports import SystemClock
     from mnemoflow.storage import LocalFileStore
+    from mnemoflow.storage.layout import users
 
     settings = _settings(data_dir)
     files, embedder = LocalFileStore(settings.data_dir), build_embedder(settings)

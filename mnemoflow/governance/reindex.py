@@ -7,9 +7,8 @@ the record's text, so a rebuilt index answers searches as the one it replaces.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-from mnemoflow.config import SERVICE_DIRS
 from mnemoflow.memory.l1.pipeline import L1Pipeline
 from mnemoflow.memory.l1.records import RecordLog
 from mnemoflow.ports import Clock, Embedder, FileStore
@@ -17,13 +16,6 @@ from mnemoflow.ports.vectors import VectorStore
 
 Progress = Callable[[int], None]
 """Told how many atoms were just indexed (a progress bar)."""
-
-
-def users(files: FileStore, tenant: str | None = None) -> Iterator[tuple[str, str]]:
-    """Every (tenant, user) with a folder under the data root (one tenant, or all of them)."""
-    for t in [tenant] if tenant else [n for n in files.list_dir("") if n not in SERVICE_DIRS]:
-        for u in files.list_dir(f"{t}/users"):
-            yield t, u
 
 
 def reindex_user(

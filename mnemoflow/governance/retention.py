@@ -17,11 +17,11 @@ from datetime import date, datetime, timedelta
 from pydantic import BaseModel
 
 from mnemoflow.config import Retention
-from mnemoflow.governance.reindex import users
 from mnemoflow.ids import check_id
 from mnemoflow.offload.entries import OffloadEntry
 from mnemoflow.ports import FileStore
 from mnemoflow.storage import Layout
+from mnemoflow.storage.layout import users
 
 
 class Expired(BaseModel):

@@ -5,9 +5,12 @@ Every argument is a checked id (:mod:`mnemoflow.ids`), so a path built here cann
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import date
 
+from mnemoflow.config import SERVICE_DIRS
 from mnemoflow.ids import check_id
+from mnemoflow.ports.files import FileStore
 
 
 class Layout:
@@ -63,3 +66,10 @@ class Layout:
     @classmethod
     def session_state(cls, tenant: str, session: str) -> str:
         return f"{cls.session_dir(tenant, session)}/state.json"
+
+
+def users(files: FileStore, tenant: str | None = None) -> Iterator[tuple[str, str]]:
+    """Every (tenant, user) with a folder under the data root (one tenant, or all of them)."""
+    for t in [tenant] if tenant else [n for n in files.list_dir("") if n not in SERVICE_DIRS]:
+        for u in files.list_dir(f"{t}/users"):
+            yield t, u

@@ -25,12 +25,12 @@ from typing import Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 from mnemoflow.events import TurnEvent
-from mnemoflow.governance.reindex import users
 from mnemoflow.ids import SafeId
 from mnemoflow.lru import LRU
 from mnemoflow.memory.l1.state import load_triggers, save_triggers
 from mnemoflow.memory.l1.triggers import Decision, L1Triggers, TriggerState
 from mnemoflow.ports import FileStore
+from mnemoflow.storage.layout import users
 
 log = logging.getLogger(__name__)
 
