@@ -16,12 +16,13 @@ history one row, user and assistant alike):
 Recall is asked at the question's ``question_date``, so "four weeks ago" in a question means four weeks before it.
 
 Each figure is averaged over the questions that have evidence turns and is reported per ``question_type``. The
-heuristic engine extracts only what the user said, so ``single-session-assistant`` questions (the evidence is what
-the assistant said) are out of its reach by design; they are reported, not hidden.
+heuristic engine keeps what the user said and, as ``Assistant: ...`` atoms, the assistant's answers to the user's
+requests, which is what ``single-session-assistant`` questions ask about.
 
     python bench/longmemeval_recall.py --quick     # 6 questions, one per type
     python bench/longmemeval_recall.py             # all 60
     python bench/longmemeval_recall.py --work DIR  # keep the workspace in DIR; run again to resume
+    python bench/longmemeval_recall.py --types single-session-assistant   # the questions of some types only
 
 Why ``--work``: the full run takes about an hour of a quiet 2-core machine (e5 embeds every long turn). With it the
 files, both indexes and one record per finished question (``DIR/questions.jsonl``) stay in DIR, and a run with
@@ -30,7 +31,8 @@ every earlier question's user is still in the indexes (BM25's statistics span th
 short is replayed idempotently (L0 skips known message ids, L1 continues from its cursor, rows are upserted).
 Resume only with the code that started the run: a record checks the embedder, not the commit.
 
-Writes ``bench/results/longmemeval_recall.json`` (``longmemeval_recall-quick.json`` with ``--quick``).
+Writes ``bench/results/longmemeval_recall.json`` (``longmemeval_recall-quick.json`` with ``--quick``, the types
+appended with ``--types``).
 """
 
 from __future__ import annotations
@@ -180,18 +182,21 @@ def main() -> None:
     ap.add_argument("--embedder", choices=["e5", "minilm"], default=Settings().embedder)
     ap.add_argument("--out")
     ap.add_argument("--work", help="keep the workspace here and resume from it (see the module docstring)")
+    ap.add_argument("--types", help="only questions of these types (comma-separated question_type values)")
     args = ap.parse_args()
     items = json.loads((Path(args.eval_dir) / "longmemeval" / "longmemeval-s-dev.json").read_text())
+    if args.types:
+        wanted = set(args.types.split(","))
+        if unknown := wanted - {item["question_type"] for item in items}:
+            raise SystemExit(f"unknown question types: {sorted(unknown)}")
+        items = [item for item in items if item["question_type"] in wanted]
     if args.quick:
         first: dict[str, dict[str, Any]] = {}
         for item in items:
             first.setdefault(item["question_type"], item)
         items = list(first.values())
-    out = (
-        Path(args.out)
-        if args.out
-        else ROOT / "bench" / "results" / ("longmemeval_recall-quick.json" if args.quick else "longmemeval_recall.json")
-    )
+    suffix = "".join(f"-{part}" for part in ("quick" if args.quick else "", args.types or "") if part)
+    out = Path(args.out) if args.out else ROOT / "bench" / "results" / f"longmemeval_recall{suffix}.json"
     embedder = build_embedder(Settings(embedder=args.embedder))
     with tempfile.TemporaryDirectory(prefix="mnemoflow-lme-") as tmp:
         records = measure(items, Path(args.work) if args.work else Path(tmp), embedder)
@@ -210,7 +215,7 @@ def measure(items: list[dict[str, Any]], work: Path, embedder: Embedder) -> list
             if record["embedder"] != embedder.model_id:
                 raise SystemExit(f"{work} holds a run with {record['embedder']}, not {embedder.model_id}")
             done[record["question_id"]] = record
-    files, store, raw = workspace(work, embedder)
+    files, store, raw, _ = workspace(work, embedder)
     if done:
         print(f"resuming in {work}: {len(done)} of {len(items)} questions measured already", flush=True)
     clock = TurnClock()

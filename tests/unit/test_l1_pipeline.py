@@ -303,3 +303,43 @@ def test_heuristic_atoms_are_searched_with_the_two_turns_before_them_in_their_se
     assert "(answering Bo: Did you ride it to work?)" in records["m5"].content
     assert records["m5"].context == "Ana: It was the lightest frame in the shop, and the only one left in my size."
     assert all("\n" not in r.content and r.content.startswith("Ana: ") for r in records.values())
+
+
+def test_the_assistants_answer_to_a_request_is_remembered_with_the_request_as_context(files, store) -> None:
+    """What the AI told the user ("remind me of the trail you recommended") is an episodic atom with the assistant
+    as subject, below the user's own statements; a reply to no request, and a named speaker's turn (another person,
+    with a memory of their own), are not."""
+    turns = [
+        ("user", None, "Can you recommend a hiking trail in the Moncayo park?"),
+        ("assistant", None, "The GR-90 trail crosses the park's best views. It takes about six hours. Enjoy!"),
+        ("user", None, "I walked the whole GR-90 last Sunday with my brother."),
+        ("assistant", None, "That sounds like a wonderful day out with family."),
+        ("user", None, "请推荐一家杭州的素食餐厅"),
+        ("assistant", None, "灵隐寺旁边的法云安缦素斋很有名，建议提前预订。"),
+        ("user", None, "Could you tell me what you did on Saturday?"),
+        ("assistant", "Mel", "I painted a sunrise over the lake with my kids."),
+    ]
+    L0Writer(files).write(
+        [
+            TurnEvent(
+                tenant="t",
+                message_id=f"m{i}",
+                user="u",
+                session="s",
+                role=role,
+                name=name,
+                content=text,
+                ts=T0 + timedelta(minutes=i),
+            )
+            for i, (role, name, text) in enumerate(turns)
+        ]
+    )
+    asyncio.run(pipeline(files, store).run("t", "u"))
+    records = {r.source_message_ids[0]: r for r in RecordLog(files, "t", "u").read()}
+    assert set(records) == {"m1", "m2", "m4", "m5"}  # m4: a request without a question mark is a statement
+    trail = records["m1"]
+    assert trail.content == "Assistant: The GR-90 trail crosses the park's best views. It takes about six hours. Enjoy!"
+    assert (trail.type, trail.priority) == ("episodic", 50)
+    assert trail.context.endswith("Can you recommend a hiking trail in the Moncayo park?")
+    assert records["m2"].priority > trail.priority
+    assert records["m5"].content == "Assistant: 灵隐寺旁边的法云安缦素斋很有名，建议提前预订。"

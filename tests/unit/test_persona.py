@@ -202,3 +202,15 @@ def test_drill_down_persona_to_scene_to_atoms(stores) -> None:  # type: ignore[n
     bad_nav = "x\n---\n## 🗺️ Scene Navigation (Scene Index)\n### Path: scenes/../../bob/persona.md\n"
     files.write_atomic(persona.paths.persona, bad_nav.encode())
     assert [r.filename for r in drill_down(files, "acme", "alice")] == []
+
+
+def test_a_current_arc_is_the_users_own_event_not_the_assistants_answer() -> None:
+    from mnemoflow.memory.persona.generate import PersonaContext
+
+    items = [
+        Item("a1", "episodic", "2025-02-01", "Alice: I walked the GR-90 trail with my brother."),
+        Item("a2", "episodic", "2025-02-20", "Assistant: The GR-90 trail crosses the park's best views."),
+    ]
+    ctx = PersonaContext([scene("hiking.md", 3, items)], [], "", "first", "r", 2, NOW)
+    arcs = HeuristicPersonaEngine().render(ctx).split("## 4. Current arcs")[1]
+    assert "[2025-02-01]" in arcs and "I walked the GR-90 trail" in arcs and "Assistant:" not in arcs

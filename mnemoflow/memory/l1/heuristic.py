@@ -17,6 +17,14 @@ the turn before 0.727, the two turns before 0.770 (the turn after as well: 0.771
 the next turn exists). A short answer to a question keeps that question in its text instead, where a reader needs
 it, and the turn before the question as context. Each context turn is cut to ``CONTEXT_CHARS``.
 
+The assistant's answers: what the AI told the user is memory too ("remind me the name of that restaurant you
+recommended": LongMemEval's single-session-assistant questions; the spec allows memories with the AI as subject,
+not about its own behaviour). An unnamed assistant message that answers a user's question or request becomes one
+episodic atom ``Assistant: ...`` (its statements, cut to ``MAX_CONTENT``), searched with the request as context,
+at ``ASSISTANT_PRIORITY``, below the user's own statements, so a pass over its limit drops these first. A named
+assistant message is another person in a conversation (each LoCoMo speaker has a memory of their own): their
+statements belong to their memory, not to this user's, and are only context here.
+
 Subject: when the message carries the speaker's ``name`` the atom starts with it (``Caroline: I went ...``), so a
 question that names the person finds the fact by BM25 and by embedding (on LoCoMo, prefixing the speaker raised
 dense recall@10 over raw turns from 0.378 to 0.565, issue 14). Time: a relative expression (yesterday, 上个月,
@@ -68,6 +76,14 @@ _PERSONA_ZH = re.compile(
     r"信|对.{0,10}过敏|过敏|吃素|是|住在|来自|出生|长大|叫|姓|在.{0,12}(工作|上班|上学|读书|当))|"
     r"我的(女儿|儿子|妻子|丈夫|老婆|老公|孩子|爸爸|妈妈|父亲|母亲|家人|猫|狗|名字|爱好|工作|职业)"
 )
+# A message that asks: a question anywhere in it, or a request without a question mark.
+_REQUEST = re.compile(
+    r"[?？]|\b(can|could|would|will) you\b|\b(please|recommend|suggest|remind|tell me|give me|show me|list|"
+    r"help me|i need|i'?m looking for|looking for)\b|请|推荐|建议|帮我|告诉我|给我|提醒|能不能|[吗呢]",
+    re.IGNORECASE,
+)
+AI_SUBJECT = "Assistant"
+ASSISTANT_PRIORITY = 50
 MIN_WORDS = 4
 SHORT_ANSWER_WORDS = 12
 CONTEXT_CHARS = 200
@@ -107,7 +123,8 @@ def search_context(before: list[L0Message], session: str, n: int = CONTEXT_TURNS
 
 
 class HeuristicExtractor:
-    """One atom per substantive user statement; no model call."""
+    """One atom per substantive user statement, one per answer of the (unnamed) assistant to a request; no model
+    call."""
 
     uses_llm = False
 
@@ -115,7 +132,13 @@ class HeuristicExtractor:
         context = [*window.background, *window.new]
         drafts = []
         for i, msg in enumerate(context):
-            if msg.role != "user" or msg.id not in window.new_ids:
+            if msg.id not in window.new_ids:
+                continue
+            if msg.role == "assistant":
+                answer = _answer(context, i, previous_scene)
+                drafts += [answer] if answer else []
+                continue
+            if msg.role != "user":
                 continue
             text = statement(msg.content)
             if not text:
@@ -149,6 +172,27 @@ class HeuristicExtractor:
                 )
             )
         return validate_drafts(drafts, window)
+
+
+def _answer(context: list[L0Message], i: int, scene: str) -> AtomDraft | None:
+    """The atom of the assistant message ``context[i]`` when it answers the user's request right before it."""
+    msg = context[i]
+    prev = context[i - 1] if i > 0 else None
+    if msg.name or prev is None or prev.role != "user" or prev.session != msg.session:
+        return None
+    if not _REQUEST.search(prev.content):
+        return None
+    text = statement(msg.content)
+    if not text:
+        return None
+    return AtomDraft(
+        content=f"{AI_SUBJECT}: {text}"[:MAX_CONTENT],
+        type="episodic",
+        priority=ASSISTANT_PRIORITY,
+        source_message_ids=(msg.id,),
+        scene_name=scene,
+        context=search_context(context[:i], msg.session),
+    )
 
 
 def _words(text: str) -> set[str]:

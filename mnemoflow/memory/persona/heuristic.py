@@ -2,17 +2,19 @@
 
 It infers nothing: each layer quotes what the scenes already say (persona atoms → base & facts, scene topics by
 recency → interest graph, instruction atoms → interaction protocol, the latest event of each hot scene →
-current arc). A scene's topic is its salient terms (:mod:`mnemoflow.memory.salience`: people, places, phrases,
-distinctive against the user's other scenes), recomputed from its items rather than read from its file name,
-which was fixed when the scene was created. Arcs carry the event day of their item (when it happened, not when
-a pass ran). Hotter scenes come first, and each layer gets a share of the 2,000 characters, so no single layer
-crowds out the others. Deterministic for the same scenes and time.
+current arc, the user's own: not what the assistant answered). A scene's topic is its salient terms
+(:mod:`mnemoflow.memory.salience`: people, places, phrases, distinctive against the user's other scenes),
+recomputed from its items rather than read from its file name, which was fixed when the scene was created.
+Arcs carry the event day of their item (when it happened, not when a pass ran). Hotter scenes come first, and
+each layer gets a share of the 2,000 characters, so no single layer crowds out the others. Deterministic for
+the same scenes and time.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+from mnemoflow.memory.l1.heuristic import AI_SUBJECT
 from mnemoflow.memory.persona.generate import MAX_PERSONA_CHARS, PersonaContext
 from mnemoflow.memory.salience import salient_terms
 from mnemoflow.memory.scenes.model import SceneBlock
@@ -20,6 +22,7 @@ from mnemoflow.memory.scenes.text import Item, parse_items
 
 ACTIVE_DAYS = 30
 _LAYER_BUDGET = (MAX_PERSONA_CHARS - 200) // 4
+_AI = f"{AI_SUBJECT}: "  # what the assistant told the user is memory, not the user's arc
 
 
 def _fill(title: str, lines: list[str], budget: int = _LAYER_BUDGET) -> str:
@@ -77,7 +80,7 @@ class HeuristicPersonaEngine:
         ]
         arcs = []
         for b in scenes:
-            events = [i for i in parse_items(b.body) if i.type == "episodic"]
+            events = [i for i in parse_items(b.body) if i.type == "episodic" and not i.content.startswith(_AI)]
             if events:
                 latest = max(events, key=lambda i: (i.day, i.id))
                 arcs.append(f"- [{latest.day}] {topics[b.filename]}: {latest.content}")
