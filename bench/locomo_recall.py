@@ -10,7 +10,9 @@ For each question the top-k of recall over both speakers' atoms (RRF scores of t
 a time the question names is resolved against the conversation's last turn, when LoCoMo's questions are asked)
 is a hit when some atom's ``source_message_ids`` contains an evidence ``dia_id``; recall@k is the share of
 questions with a hit. Baselines in the same run: BM25 (FTS5) and dense search over the raw turns, one row per
-turn, its text prefixed with the speaker (``Caroline: ...``), as the atoms are. ``asked_of_named_speaker`` scores
+turn, its text prefixed with the speaker (``Caroline: ...``), as the atoms are; ``recall_raw`` is the raw turns
+searched through recall itself (the hybrid with its time and subject boosts and supersession order), which says
+how much of the hybrid's lead is the atoms and how much recall's ranking. ``asked_of_named_speaker`` scores
 the same systems when a question that names one speaker is asked of that speaker's memory alone (the raw
 baselines then search that speaker's own turns): the per-user way an agent serving that person asks, and in
 LoCoMo dev 678 of the 696 questions naming one speaker have an evidence turn said by that speaker. Category mapping
@@ -61,7 +63,7 @@ from mnemoflow.memory.l1.heuristic import HeuristicExtractor, HeuristicJudge
 from mnemoflow.memory.l1.pipeline import L1Pipeline, L1Settings
 from mnemoflow.memory.l1.records import RecordLog
 from mnemoflow.memory.l1.triggers import L1Triggers, TriggerState
-from mnemoflow.memory.recall.config import RECIPES
+from mnemoflow.memory.recall.config import RECIPES, search_hits
 from mnemoflow.memory.recall.recaller import Recaller
 from mnemoflow.ports import Embedder
 from mnemoflow.ports.vectors import AtomRow
@@ -73,7 +75,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TENANT = "locomo"
 KS = (5, 10)
 BUDGET_TURNS = 10
-SYSTEMS = ["hybrid", "bm25_raw", "dense_raw", "hybrid_raw", "bm25_atoms", "dense_atoms"]
+SYSTEMS = ["hybrid", "bm25_raw", "dense_raw", "hybrid_raw", "recall_raw", "bm25_atoms", "dense_atoms"]
 
 
 def load_module(path: Path, name: str) -> Any:
@@ -275,6 +277,7 @@ def ranked(
         ("bm25_raw", raw.bm25_search("raw", raw_scope, question, depth)),
         ("dense_raw", raw.dense_search("raw", raw_scope, vec, depth)),
         ("hybrid_raw", raw.search("raw", raw_scope, question, vec, depth)),
+        ("recall_raw", search_hits(raw, "raw", raw_scope, question, vec, RECIPES["hybrid_rrf"], depth, now)),
     ):
         out[name] = [(h.row.text, h.row.source_message_ids) for h in found]
     return out

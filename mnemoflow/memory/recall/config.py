@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mnemoflow.memory.recall.query_time import query_span
+from mnemoflow.memory.recall.subject_boost import boost_named_subjects
 from mnemoflow.memory.recall.supersession import newest_first, same_thing_similarity
 from mnemoflow.memory.recall.time_boost import boost_in_span
 from mnemoflow.ports.vectors import AtomType, Hit, VectorStore
@@ -42,8 +43,11 @@ class RecallConfig(BaseModel):
     it off. Fused search only: it is an RRF term."""
     time_slack_days: int = Field(3, ge=0)
     """The query's span is widened by this many days each side: an atom is often dated by the day it was said."""
-    time_depth: int = Field(30, ge=1, le=100)
-    """Fused hits searched when the query names a time, so an in-span hit from below the top k can move up."""
+    subject_weight: float = Field(1.0, ge=0)
+    """Weight of the subject boost (:mod:`~mnemoflow.memory.recall.subject_boost`): hits whose subject the query
+    names move up; 0 turns it off. Fused search only."""
+    boost_depth: int = Field(30, ge=1, le=100)
+    """Fused hits searched when a boost may apply, so a boosted hit from below the top k can move up."""
     supersede: bool = True
     """Order hits about the same thing newest first (:mod:`~mnemoflow.memory.recall.supersession`)."""
 
@@ -66,14 +70,19 @@ def search_hits(
     now: datetime | None = None,
 ) -> list[Hit]:
     """Run the configured retrievers for one user and return fused hits, best first: boosted towards the time
-    the query names (resolved against ``now``; none without it) and with superseded facts after current ones."""
+    the query names (resolved against ``now``; none without it) and towards the people it names, with superseded
+    facts after current ones."""
     k = k or config.k
     fused = vector is not None and set(config.methods) == {"bm25", "vector"}
     wanted = query_span(query, now) if fused and now is not None and config.time_weight > 0 else None
-    depth = max(k, config.time_depth) if wanted else k
+    subjects = fused and config.subject_weight > 0
+    depth = max(k, config.boost_depth) if wanted or subjects else k
     hits = _retrieve(store, tenant, user, query, vector, config, depth)
     if wanted:
-        hits = boost_in_span(hits, wanted.widened(config.time_slack_days), config.time_weight)[:k]
+        hits = boost_in_span(hits, wanted.widened(config.time_slack_days), config.time_weight)
+    if subjects:
+        hits = boost_named_subjects(hits, query, config.subject_weight)
+    hits = hits[:k]
     if config.supersede:
         hits = newest_first(hits, same_thing_similarity(store.embedding_model))
     return hits
