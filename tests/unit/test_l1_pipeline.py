@@ -318,6 +318,8 @@ def test_the_assistants_answer_to_a_request_is_remembered_with_the_request_as_co
         ("assistant", None, "灵隐寺旁边的法云安缦素斋很有名，建议提前预订。"),
         ("user", None, "Could you tell me what you did on Saturday?"),
         ("assistant", "Mel", "I painted a sunrise over the lake with my kids."),
+        ("user", None, "What 5 bottles should I buy for gin cocktails"),  # a question without its mark
+        ("assistant", None, "Buy a London dry gin, sweet vermouth, Campari, Cointreau and absinthe."),
     ]
     L0Writer(files).write(
         [
@@ -336,10 +338,12 @@ def test_the_assistants_answer_to_a_request_is_remembered_with_the_request_as_co
     )
     asyncio.run(pipeline(files, store).run("t", "u"))
     records = {r.source_message_ids[0]: r for r in RecordLog(files, "t", "u").read()}
-    assert set(records) == {"m1", "m2", "m4", "m5"}  # m4: a request without a question mark is a statement
+    # m4 and m8: a request without a question mark is also a statement of the user's
+    assert set(records) == {"m1", "m2", "m4", "m5", "m8", "m9"}
     trail = records["m1"]
     assert trail.content == "Assistant: The GR-90 trail crosses the park's best views. It takes about six hours. Enjoy!"
     assert (trail.type, trail.priority) == ("episodic", 50)
     assert trail.context.endswith("Can you recommend a hiking trail in the Moncayo park?")
     assert records["m2"].priority > trail.priority
     assert records["m5"].content == "Assistant: 灵隐寺旁边的法云安缦素斋很有名，建议提前预订。"
+    assert records["m9"].content.startswith("Assistant: Buy a London dry gin")

@@ -76,10 +76,14 @@ _PERSONA_ZH = re.compile(
     r"信|对.{0,10}过敏|过敏|吃素|是|住在|来自|出生|长大|叫|姓|在.{0,12}(工作|上班|上学|读书|当))|"
     r"我的(女儿|儿子|妻子|丈夫|老婆|老公|孩子|爸爸|妈妈|父亲|母亲|家人|猫|狗|名字|爱好|工作|职业)"
 )
-# A message that asks: a question anywhere in it, or a request without a question mark.
+# A message that asks: a question anywhere in it, a question or an order without its mark ("What 5 bottles should
+# I buy", "Write a packing list"), or a request in its words.
 _REQUEST = re.compile(
-    r"[?？]|\b(can|could|would|will) you\b|\b(please|recommend|suggest|remind|tell me|give me|show me|list|"
-    r"help me|i need|i'?m looking for|looking for)\b|请|推荐|建议|帮我|告诉我|给我|提醒|能不能|[吗呢]",
+    r"[?？]|^\W*(what|which|how|where|who|whose|when|why|should|shall|can|could|would|will|is|are|do|does|did|"
+    r"write|explain|describe|give|list|tell|show|find|suggest|recommend|create|make|plan|compare|summari[sz]e|"
+    r"translate|provide|generate|name)\b|\b(can|could|would|will) you\b|\b(please|recommend|suggest|remind|"
+    r"tell me|give me|show me|help me|i need|i'?m looking for|looking for)\b|"
+    r"请|推荐|建议|帮我|告诉我|给我|提醒|能不能|什么|哪|怎么|如何|为什么|多少|[吗呢]",
     re.IGNORECASE,
 )
 AI_SUBJECT = "Assistant"
