@@ -14,7 +14,8 @@ Like the time boost (:mod:`mnemoflow.memory.recall.time_boost`) it is a Reciproc
 weight, so a hit first in both retrievers can still outrank a boosted hit found by one. The subject is read from
 the text (the leading ``Name:`` L1 writes), for the reason the time label is: the row schema is shared by the
 SQLite and Milvus adapters. A subject is a name only when it looks like one (one to four capitalised words, or a
-short run of Han characters), so ``Note: ...`` or a URL is never a subject the query could name by accident.
+short run of Han characters), so a URL or a sentence with a colon in it is never one; a capitalised label such as
+``Note:`` is, and moves its atoms only for a query that says "note".
 """
 
 from __future__ import annotations
