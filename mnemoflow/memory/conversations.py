@@ -29,6 +29,7 @@ an erase ran meanwhile, removes them and answers nothing.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
@@ -76,6 +77,23 @@ class _Cursor:
     def continues(self, tail: Tail) -> bool:
         """True when ``tail`` is the same file, grown or as it was: indexing it on from here is enough."""
         return tail.file_id == self.file_id and tail.size >= self.offset
+
+
+def _wal(conn: sqlite3.Connection, timeout_s: float) -> None:
+    """Put the file in WAL mode (it stays so), retrying while another process holds it. Switching the mode needs
+    the file to itself, and a switch that meets another connection's lock can fail with "database is locked"
+    rather than wait (two processes' first searches of one user, under load, in a unit test). A file already in
+    WAL mode is only read."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if conn.execute("pragma journal_mode").fetchone()[0] != "wal":
+                conn.execute("pragma journal_mode=wal")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 @contextmanager
@@ -153,7 +171,7 @@ class ConversationIndex:
         where = str(root / self.paths(tenant, user)[0]) if isinstance(root, Path) else ":memory:"
         conn = sqlite3.connect(where, timeout=self._busy_timeout_s, isolation_level=None)
         try:
-            conn.execute("pragma journal_mode=wal")
+            _wal(conn, self._busy_timeout_s)
             conn.execute("pragma synchronous=normal")  # a cache: a lost last commit is caught up again
             if conn.execute("pragma user_version").fetchone()[0] != SCHEMA_VERSION:
                 with _immediate(conn):
