@@ -92,7 +92,8 @@ def _locomo_time(raw: str) -> datetime | None:
 
 
 def from_locomo(sample: dict[str, Any]) -> Replay:
-    """A LoCoMo dialogue: each speaker is a user; a turn is stored for both, as 'user' for its speaker."""
+    """A LoCoMo dialogue: each speaker is a user; a turn is stored for both, as 'user' for its speaker, named, so
+    atoms name their subject and the other speaker's turns are a person's (context), not an assistant's answers."""
     conv, sample_id = sample["conversation"], safe_id(str(sample.get("sample_id", "locomo")))
     speakers = [conv["speaker_a"], conv["speaker_b"]]
     replay = Replay(sample_id)
@@ -107,6 +108,7 @@ def from_locomo(sample: dict[str, Any]) -> Replay:
                         user=safe_id(f"{sample_id}-{speaker}"),
                         session=f"{sample_id}-s{k}",
                         role="user" if turn["speaker"] == speaker else "assistant",
+                        name=turn["speaker"],
                         content=turn.get("text", ""),
                         ts=start + timedelta(seconds=j),
                     )
