@@ -205,7 +205,7 @@ def run(atoms: int, days: int, embedder_name: str, workdir: Path) -> dict[str, A
         bundle = io.BytesIO()
         export_user(site.files, TENANT, user, bundle, embedding_model=embedder.model_id, at=datetime.now(UTC))
         bundle.seek(0)
-        BundleImporter(fresh.files, fresh.store, embedder, SystemClock()).import_bundle(bundle, "elsewhere", f"u{k}")
+        BundleImporter(fresh.files, fresh.store, embedder).import_bundle(bundle, "elsewhere", f"u{k}")
     # Asked once both are in: BM25 statistics are index-wide, so the fresh index must hold what the old one held.
     imported = [fresh.top10("elsewhere", f"u{k}", questions) for k in range(len(users))]
     import_agreement = sum(agreement(before[u], imported[k]) for k, u in enumerate(users)) / len(users)
@@ -216,14 +216,14 @@ def run(atoms: int, days: int, embedder_name: str, workdir: Path) -> dict[str, A
         p.unlink()
     site.reopen()
     for user in users:
-        reindex_user(site.files, site.store, embedder, SystemClock(), TENANT, user)
+        reindex_user(site.files, site.store, embedder, TENANT, user)
     reindex_agreement = sum(agreement(before[u], site.top10(TENANT, u, questions)) for u in users) / len(users)
     out["recall_agreement"] = {"import": import_agreement, "reindex": reindex_agreement}
 
     # Scale: the big user.
     write_big_user(site, samples, atoms, days)
     start = time.perf_counter()
-    indexed = reindex_user(site.files, site.store, embedder, SystemClock(), TENANT, BIG)
+    indexed = reindex_user(site.files, site.store, embedder, TENANT, BIG)
     out["reindex_atoms_per_s"] = indexed / (time.perf_counter() - start)
 
     bundle_file = workdir / "big.tar"
@@ -237,7 +237,7 @@ def run(atoms: int, days: int, embedder_name: str, workdir: Path) -> dict[str, A
     target = Site(workdir / "c", embedder)
     start = time.perf_counter()
     with bundle_file.open("rb") as fh:
-        result = BundleImporter(target.files, target.store, embedder, SystemClock()).import_bundle(fh, TENANT, BIG)
+        result = BundleImporter(target.files, target.store, embedder).import_bundle(fh, TENANT, BIG)
     out["import_atoms_per_s"] = result["atoms_indexed"] / (time.perf_counter() - start)
 
     others_before = {u: snapshot(site, u) for u in users}

@@ -64,16 +64,13 @@ def import_(
     """Load a bundle as (tenant, user) and index its atoms with this stack's embedder. Stack stopped."""
     from mnemoflow.governance.bundle import BundleImporter
     from mnemoflow.index.factory import open_index
-    from mnemoflow.ports import SystemClock
     from mnemoflow.storage import LocalFileStore
 
     settings = _settings(data_dir)
     embedder, store = open_index(settings)
     try:
         with bundle.open("rb") as fh:
-            result = BundleImporter(LocalFileStore(settings.data_dir), store, embedder, SystemClock()).import_bundle(
-                fh, tenant, user
-            )
+            result = BundleImporter(LocalFileStore(settings.data_dir), store, embedder).import_bundle(fh, tenant, user)
     finally:
         store.close()
     console.print(f"imported {result['files']} files as {tenant}/{user}; {result['atoms_indexed']} atoms indexed")
@@ -87,7 +84,6 @@ def reindex(
     from mnemoflow.embedding.factory import build_embedder
     from mnemoflow.governance.reindex import count_live, reindex_user
     from mnemoflow.index.factory import index_path, open_store
-    from mnemoflow.ports import SystemClock
     from mnemoflow.storage import LocalFileStore
     from mnemoflow.storage.layout import users
 
@@ -109,7 +105,7 @@ def reindex(
     with Progress(console=console) as bar:
         task = bar.add_task("reindexing", total=sum(count_live(files, t, u) for t, u in everyone))
         for t, u in everyone:
-            done += reindex_user(files, store, embedder, SystemClock(), t, u, progress=lambda n: bar.advance(task, n))
+            done += reindex_user(files, store, embedder, t, u, progress=lambda n: bar.advance(task, n))
     store.close()
     if not settings.milvus_uri:
         for suffix in ("-wal", "-shm"):

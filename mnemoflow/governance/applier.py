@@ -65,7 +65,7 @@ class OperationApplier:
     ) -> OperationApplier:
         """The applier over the same files, index and dedup as the L1 passes (``pipeline``)."""
         editor = AtomEditor(files=files, store=store, embedder=embedder, clock=clock, pipeline=pipeline)
-        return cls(editor, Eraser(files, store, scrub), BundleImporter(files, store, embedder, clock))
+        return cls(editor, Eraser(files, store, scrub), BundleImporter(files, store, embedder))
 
     async def apply(self, event: OperationEvent) -> OperationReply:
         try:

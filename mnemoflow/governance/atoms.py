@@ -65,7 +65,7 @@ class AtomEditor:
         )
         RecordLog(self._files, tenant, op.user).append([new], [(old.id, new_id)], now)
         vector = self._embedder.embed([new.search_text])[0]
-        self._store.upsert([L1Pipeline.row(tenant, op.user, new, vector, now)])
+        self._store.upsert([L1Pipeline.row(tenant, op.user, new, vector)])
         self._store.delete(tenant, op.user, [old.id])
         return {"atom_id": new_id, "supersedes": old.id}
 

@@ -32,7 +32,7 @@ from mnemoflow.governance.operations import ImportUser
 from mnemoflow.governance.reindex import reindex_user
 from mnemoflow.ids import check_id
 from mnemoflow.memory.l0 import read_l0
-from mnemoflow.ports import Clock, Embedder, FileStore
+from mnemoflow.ports import Embedder, FileStore
 from mnemoflow.ports.vectors import VectorStore
 from mnemoflow.storage import Layout
 
@@ -163,8 +163,8 @@ def _occupied(files: FileStore, tenant: str, user: str) -> bool:
 class BundleImporter:
     """Writes a bundle's files under (tenant, user) and indexes its records with this stack's embedder."""
 
-    def __init__(self, files: FileStore, store: VectorStore, embedder: Embedder, clock: Clock) -> None:
-        self._files, self._store, self._embedder, self._clock = files, store, embedder, clock
+    def __init__(self, files: FileStore, store: VectorStore, embedder: Embedder) -> None:
+        self._files, self._store, self._embedder = files, store, embedder
 
     def import_bundle(self, stream: IO[bytes], tenant: str, user: str) -> dict[str, Any]:
         """Refused (Conflict) when the user already has L0 or records: a bundle is a user's whole memory, and
@@ -174,7 +174,7 @@ class BundleImporter:
             raise Conflict(f"user {user} already has memory here; erase it first or import under another id")
         targets = {_target(tenant, user, name): data for name, data in members.items()}
         self._files.write_atomic_many(targets)
-        atoms = reindex_user(self._files, self._store, self._embedder, self._clock, tenant, user)
+        atoms = reindex_user(self._files, self._store, self._embedder, tenant, user)
         return {"files": len(targets), "atoms_indexed": atoms, "source_model": manifest.embedding_model}
 
     def import_staged(self, tenant: str, op: ImportUser) -> dict[str, Any]:

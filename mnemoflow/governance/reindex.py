@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from mnemoflow.memory.l1.pipeline import L1Pipeline
 from mnemoflow.memory.l1.records import RecordLog
-from mnemoflow.ports import Clock, Embedder, FileStore
+from mnemoflow.ports import Embedder, FileStore
 from mnemoflow.ports.vectors import VectorStore
 
 Progress = Callable[[int], None]
@@ -22,7 +22,6 @@ def reindex_user(
     files: FileStore,
     store: VectorStore,
     embedder: Embedder,
-    clock: Clock,
     tenant: str,
     user: str,
     *,
@@ -34,11 +33,10 @@ def reindex_user(
     records = RecordLog(files, tenant, user).read(live_only=False)
     dead = [r.id for r in records if not r.live]
     live = [r for r in records if r.live]
-    now = clock.now()
     for start in range(0, len(live), batch):
         chunk = live[start : start + batch]
         vectors = embedder.embed([r.search_text for r in chunk])
-        store.upsert([L1Pipeline.row(tenant, user, r, v, now) for r, v in zip(chunk, vectors, strict=True)])
+        store.upsert([L1Pipeline.row(tenant, user, r, v) for r, v in zip(chunk, vectors, strict=True)])
         if progress is not None:
             progress(len(chunk))
     if dead:

@@ -274,7 +274,7 @@ def test_deduper_without_shown_candidates_counts_every_judged_pass_for_a_model()
     d0 = AtomDraft(content="Sam owns a bike", type="persona", priority=60, source_message_ids=("m0",))
     deduper = Deduper(store, HeuristicJudge(), OPEN)
     asyncio.run(deduper.plan("t", "u", []))
-    store.upsert([L1Pipeline.row("t", "u", _record(d0), EMB.embed([d0.content])[0], T0)])
+    store.upsert([L1Pipeline.row("t", "u", _record(d0), EMB.embed([d0.content])[0])])
     d1 = AtomDraft(content="Sam owns a red bike", type="persona", priority=60, source_message_ids=("m1",))
     plans = asyncio.run(deduper.plan("t", "u", [NewAtom(d1.atom_id("t", "u"), d1, EMB.embed([d1.content])[0])]))
     assert plans[0].action == "update" and deduper.stats.judge_passes == deduper.stats.model_judge_passes == 1

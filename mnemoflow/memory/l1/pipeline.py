@@ -188,7 +188,7 @@ class L1Pipeline:
         texts = [search_text(p.content, p.atom.draft.context) for p, c in zip(writes, changed, strict=True) if c]
         fresh = iter(self._embedder.embed(texts) or [])
         rows = [
-            self.row(tenant, user, rec, next(fresh) if c else p.atom.vector, now)
+            self.row(tenant, user, rec, next(fresh) if c else p.atom.vector)
             for p, rec, c in zip(writes, records, changed, strict=True)
         ]
         self._store.upsert(rows)
@@ -228,8 +228,9 @@ class L1Pipeline:
         )
 
     @staticmethod
-    def row(tenant: str, user: str, rec: L1Record, vector: list[float], now: datetime) -> AtomRow:
-        """``created`` in the index is when the fact was first said (shown by recall), ``updated`` the write."""
+    def row(tenant: str, user: str, rec: L1Record, vector: list[float]) -> AtomRow:
+        """``created`` in the index is when the fact was first said (shown by recall), ``updated`` when the record
+        was written (not when the row was: a reindexed or imported memory orders superseded facts as before)."""
         return AtomRow(
             id=rec.id,
             tenant=tenant,
@@ -240,6 +241,6 @@ class L1Pipeline:
             context=rec.context[:MAX_CONTEXT],
             vector=vector,
             created=rec.activity_start or rec.timestamps[0],
-            updated=now,
+            updated=rec.updated,
             source_message_ids=rec.source_message_ids,
         )
