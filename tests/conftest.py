@@ -12,6 +12,7 @@ from tests.services import apache_kafka_session
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_worker_niceness", "0")
+os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")  # a GCS start on a busy machine (see cli/stack.py)
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # one-machine Ray on loopback (see cli/stack.py)
 
 

@@ -119,6 +119,8 @@ class Stack:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         # Ray runs its workers at nice 15; our actors and Serve replicas are the service, not background work.
         os.environ.setdefault("RAY_worker_niceness", "0")
+        # Ray waits 30 s for its GCS to bind; on a busy 2-core machine it took longer (a clean-clone test run).
+        os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
         if not ray.is_initialized():
             with _keep_signal_handlers():  # ray.init installs its own SIGTERM handler, which exits at once
                 if self.settings.ray_address:
