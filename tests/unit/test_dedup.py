@@ -214,6 +214,24 @@ def test_near_duplicates_inside_one_batch_are_skipped() -> None:
     assert [p.action for p in plans] == ["store", "skip"]
 
 
+def test_atoms_about_different_subjects_are_never_duplicates() -> None:
+    """What the assistant answered and what the user said about it can embed alike (each is the other's search
+    context); neither replaces the other, in the index or in one batch."""
+    vector = EMB.embed(["GR-90 trail"])[0]
+
+    def about(text: str) -> NewAtom:
+        d = AtomDraft(content=text, type="episodic", priority=60, source_message_ids=("m1",))
+        return NewAtom(d.atom_id("t", "u"), d, vector)  # the same vector: cosine 1.0
+
+    deduper = Deduper(seeded([]), HeuristicJudge())
+    plans = asyncio.run(
+        deduper.plan("t", "u", [about("Assistant: The GR-90 trail is six hours."), about("Ana: I will walk it.")])
+    )
+    assert [p.action for p in plans] == ["store", "store"]
+    same = asyncio.run(deduper.plan("t", "u", [about("Ana: I walked it."), about("Ana: I walked it twice.")]))
+    assert [p.action for p in same] == ["store", "skip"]
+
+
 def test_heuristic_judge_updates_with_a_more_specific_statement() -> None:
     deduper = Deduper(seeded(["Sam owns a bike"]), HeuristicJudge(), DedupConfig(store_below=0.0))
     plans = asyncio.run(deduper.plan("t", "u", [atom("Sam owns a bike, a red Canyon road bike")]))

@@ -9,9 +9,10 @@ import pytest
 
 from mnemoflow.embedding import HashingEmbedder
 from mnemoflow.index import InMemoryVectorStore
+from mnemoflow.memory.l1.subject import subject
 from mnemoflow.memory.recall.config import RecallConfig
 from mnemoflow.memory.recall.recaller import Recaller
-from mnemoflow.memory.recall.subject_boost import boost_named_subjects, names, subject
+from mnemoflow.memory.recall.subject_boost import boost_named_subjects, names
 from mnemoflow.ports.vectors import RRF_K, AtomRow, Hit
 from mnemoflow.storage import LocalFileStore
 

@@ -42,6 +42,7 @@ from mnemoflow.memory.l1.dedup import JudgeItem
 from mnemoflow.memory.l1.event_time import resolve, span, tag
 from mnemoflow.memory.l1.extract import validate_drafts
 from mnemoflow.memory.l1.models import AtomDraft, DedupDecision
+from mnemoflow.memory.l1.subject import AI_SUBJECT
 from mnemoflow.memory.l1.window import Window
 from mnemoflow.ports.vectors import AtomType
 
@@ -86,7 +87,6 @@ _REQUEST = re.compile(
     r"请|推荐|建议|帮我|告诉我|给我|提醒|能不能|什么|哪|怎么|如何|为什么|多少|[吗呢]",
     re.IGNORECASE,
 )
-AI_SUBJECT = "Assistant"
 ASSISTANT_PRIORITY = 50
 MIN_WORDS = 4
 SHORT_ANSWER_WORDS = 12

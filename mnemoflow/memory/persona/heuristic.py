@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from mnemoflow.memory.l1.heuristic import AI_SUBJECT
+from mnemoflow.memory.l1.subject import AI_SUBJECT
 from mnemoflow.memory.persona.generate import MAX_PERSONA_CHARS, PersonaContext
 from mnemoflow.memory.salience import salient_terms
 from mnemoflow.memory.scenes.model import SceneBlock

@@ -11,26 +11,17 @@ and most of the top 10 were the other speaker's atoms. Within one memory whose a
 boost moves every hit alike and changes nothing.
 
 Like the time boost (:mod:`mnemoflow.memory.recall.time_boost`) it is a Reciprocal Rank Fusion list added with a
-weight, so a hit first in both retrievers can still outrank a boosted hit found by one. The subject is read from
-the text (the leading ``Name:`` L1 writes), for the reason the time label is: the row schema is shared by the
-SQLite and Milvus adapters. A subject is a name only when it looks like one (one to four capitalised words, or a
-short run of Han characters), so a URL or a sentence with a colon in it is never one; a capitalised label such as
-``Note:`` is, and moves its atoms only for a query that says "note".
+weight, so a hit first in both retrievers can still outrank a boosted hit found by one. The subject is the leading
+name L1 writes (:mod:`mnemoflow.memory.l1.subject`); a capitalised label such as ``Note:`` counts as one and
+moves its atoms only for a query that says "note".
 """
 
 from __future__ import annotations
 
 import re
 
+from mnemoflow.memory.l1.subject import subject
 from mnemoflow.ports.vectors import RRF_K, Hit
-
-_SUBJECT = re.compile(r"^((?:[A-Z][\w'.-]*)(?: [A-Z][\w'.-]*){0,3}|[\u3400-\u4dbf\u4e00-\u9fff]{1,6}): ")
-
-
-def subject(text: str) -> str | None:
-    """The name an atom's text starts with (``Caroline`` in ``Caroline: I went ...``), if it starts with one."""
-    m = _SUBJECT.match(text)
-    return m.group(1) if m else None
 
 
 def names(query: str, name: str) -> bool:
