@@ -49,6 +49,25 @@ def write_turns(files: LocalFileStore, texts: list[str], user: str = "u", start:
     )
 
 
+def write_named(files: LocalFileStore, turns: list[tuple[str, str, str | None, str]]) -> None:
+    """Turns given as (session, role, speaker name, text), a minute apart, ids m0, m1, ..."""
+    L0Writer(files).write(
+        [
+            TurnEvent(
+                tenant="t",
+                message_id=f"m{i}",
+                user="u",
+                session=session,
+                role=role,
+                name=name,
+                content=text,
+                ts=T0 + timedelta(minutes=i),
+            )
+            for i, (session, role, name, text) in enumerate(turns)
+        ]
+    )
+
+
 def pipeline(files: LocalFileStore, store: InMemoryVectorStore, extractor=None, judge=None, **kw) -> L1Pipeline:
     emb = HashingEmbedder(64)
     return L1Pipeline(
@@ -278,21 +297,7 @@ def test_heuristic_atoms_are_searched_with_the_two_turns_before_them_in_their_se
         ("s2", "assistant", "Bo", "Did you ride it to work?"),
         ("s2", "user", "Ana", "Yes, twice this week already."),
     ]
-    L0Writer(files).write(
-        [
-            TurnEvent(
-                tenant="t",
-                message_id=f"m{i}",
-                user="u",
-                session=session,
-                role=role,
-                name=name,
-                content=text,
-                ts=T0 + timedelta(minutes=i),
-            )
-            for i, (session, role, name, text) in enumerate(turns)
-        ]
-    )
+    write_named(files, turns)
     asyncio.run(pipeline(files, store).run("t", "u"))
     records = {r.source_message_ids[0]: r for r in RecordLog(files, "t", "u").read()}
     assert records["m0"].context == ""
@@ -321,21 +326,7 @@ def test_the_assistants_answer_to_a_request_is_remembered_with_the_request_as_co
         ("user", None, "What 5 bottles should I buy for gin cocktails"),  # a question without its mark
         ("assistant", None, "Buy a London dry gin, sweet vermouth, Campari, Cointreau and absinthe."),
     ]
-    L0Writer(files).write(
-        [
-            TurnEvent(
-                tenant="t",
-                message_id=f"m{i}",
-                user="u",
-                session="s",
-                role=role,
-                name=name,
-                content=text,
-                ts=T0 + timedelta(minutes=i),
-            )
-            for i, (role, name, text) in enumerate(turns)
-        ]
-    )
+    write_named(files, [("s", role, name, text) for role, name, text in turns])
     asyncio.run(pipeline(files, store).run("t", "u"))
     records = {r.source_message_ids[0]: r for r in RecordLog(files, "t", "u").read()}
     # m4 and m8: a request without a question mark is also a statement of the user's
