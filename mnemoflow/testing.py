@@ -155,3 +155,16 @@ def files_holding(root: Path, needles: Iterable[bytes]) -> dict[str, list[str]]:
                 if needle in data:
                     found.setdefault(needle.decode(errors="replace"), []).append(str(path.relative_to(root)))
     return found
+
+
+def l1_settled(files: Any, tenant: str, users: Iterable[str]) -> bool:
+    """Every user's turns are in L0, L1 has consumed all of it, and no pass is pending or running (tests of the
+    real stack wait for this; L0 alone can hold a turn whose pass has not been scheduled yet)."""
+    from mnemoflow.memory.l0 import read_l0
+    from mnemoflow.memory.l1.state import load_cursor, load_triggers
+
+    for user in users:
+        state, landed = load_triggers(files, tenant, user), len(read_l0(files, tenant, user, limit=10**7))
+        if not landed or state.pending or state.running or sum(load_cursor(files, tenant, user).done.values()) < landed:
+            return False
+    return True

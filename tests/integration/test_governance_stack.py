@@ -24,7 +24,7 @@ from mnemoflow.memory.l0 import read_l0
 from mnemoflow.memory.l1.state import load_triggers
 from mnemoflow.replay import from_locomo
 from mnemoflow.storage import LocalFileStore
-from mnemoflow.testing import files_holding
+from mnemoflow.testing import files_holding, l1_settled
 from streams.broker_kafka import EmbeddedKafka
 
 pytestmark = pytest.mark.integration
@@ -88,20 +88,17 @@ def post_turns(api: httpx.Client, turns: list[dict]) -> None:
 
 
 def settle(stack: Stack, users: list[str], sessions: set[tuple[str, str]], timeout: float = 300) -> None:
-    """End the sessions, then wait until every user's turns are in L0 and no L1 pass is pending or running."""
+    """End the sessions, then wait until L1 has consumed every user's turns and no pass is pending or running."""
     with client(stack, KEY) as api:
         for session, user in sorted(sessions):
             assert api.post(f"/v1/sessions/{session}/end", json={"user": user}).status_code == 202
     files = LocalFileStore(stack.settings.data_dir)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        states = [load_triggers(files, TENANT, u) for u in users]
-        if all(s.pending == 0 and not s.running for s in states) and all(
-            read_l0(files, TENANT, u, limit=1) for u in users
-        ):
+        if l1_settled(files, TENANT, users):
             return
         time.sleep(0.5)
-    raise AssertionError("L1 did not settle")
+    raise AssertionError(f"L1 did not settle: {[load_triggers(files, TENANT, u) for u in users]}")
 
 
 def applied(r: httpx.Response, api: httpx.Client | None = None) -> dict:

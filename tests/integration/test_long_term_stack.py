@@ -21,6 +21,7 @@ from mnemoflow.memory.persona.generate import PersonaStore
 from mnemoflow.memory.scenes.store import SceneStore
 from mnemoflow.replay import from_locomo
 from mnemoflow.storage import LocalFileStore
+from mnemoflow.testing import l1_settled
 
 pytestmark = pytest.mark.integration
 
@@ -66,13 +67,10 @@ def post(api: httpx.Client, items: list) -> None:
 
 
 def settled(files: LocalFileStore, users: list[str], timeout: float = 300) -> None:
-    """Wait until every user's turns have landed in L0 and no L1 pass is pending or running."""
+    """Wait until L1 has consumed every user's turns and no pass is pending or running."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        states = [load_triggers(files, TENANT, u) for u in users]
-        if all(s.pending == 0 and not s.running for s in states) and all(
-            read_l0(files, TENANT, u, limit=1) for u in users
-        ):
+        if l1_settled(files, TENANT, users):
             return
         time.sleep(0.5)
     raise AssertionError(f"L1 did not settle: {[load_triggers(files, TENANT, u) for u in users]}")
