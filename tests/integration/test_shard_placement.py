@@ -25,8 +25,16 @@ def two_nodes() -> Iterator[Any]:
     from ray.cluster_utils import Cluster
 
     node = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "object_store_memory": 80 * 1024 * 1024}
-    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
-    cluster.add_node(**node)
+    for attempt in (1, 2):  # Ray gives a starting raylet a fixed 30 s to register, too little on a busy machine
+        cluster = Cluster(initialize_head=False)
+        try:
+            cluster.add_node(**node, include_dashboard=False)
+            cluster.add_node(**node)
+            break
+        except Exception:
+            cluster.shutdown()
+            if attempt == 2:
+                raise
     ray.init(address=cluster.address, namespace="placement-test", logging_level=logging.WARNING, log_to_driver=False)
     try:
         yield cluster
