@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from mnemoflow.memory.l1.subject import AI_SUBJECT
+from mnemoflow.memory.l1.subject import AI_SUBJECT, subject
 from mnemoflow.memory.persona.generate import MAX_PERSONA_CHARS, PersonaContext
 from mnemoflow.memory.salience import salient_terms
 from mnemoflow.memory.scenes.model import SceneBlock
@@ -22,7 +22,6 @@ from mnemoflow.memory.scenes.text import Item, parse_items
 
 ACTIVE_DAYS = 30
 _LAYER_BUDGET = (MAX_PERSONA_CHARS - 200) // 4
-_AI = f"{AI_SUBJECT}: "  # what the assistant told the user is memory, not the user's arc
 
 
 def _fill(title: str, lines: list[str], budget: int = _LAYER_BUDGET) -> str:
@@ -80,7 +79,8 @@ class HeuristicPersonaEngine:
         ]
         arcs = []
         for b in scenes:
-            events = [i for i in parse_items(b.body) if i.type == "episodic" and not i.content.startswith(_AI)]
+            # what the assistant told the user is memory, not the user's arc
+            events = [i for i in parse_items(b.body) if i.type == "episodic" and subject(i.content) != AI_SUBJECT]
             if events:
                 latest = max(events, key=lambda i: (i.day, i.id))
                 arcs.append(f"- [{latest.day}] {topics[b.filename]}: {latest.content}")
