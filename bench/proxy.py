@@ -16,7 +16,9 @@ index.
   before each proxied request: the part of the added latency that is Serve's hop, not the proxy's work.
 * **Prompt tokens**: OpenHands trajectories replayed as agent loops (each assistant step is a request carrying the
   history so far) against a ``--window`` context; direct = what the raw arrays weigh, proxy = what the upstream
-  received (its ``usage.prompt_tokens``: the stub counts o200k tokens, the same tokenizer for both).
+  received (its ``usage.prompt_tokens``: the stub counts o200k tokens, the same tokenizer for both). Each step is
+  also timed on both paths, one right after the other: ``added_ms_per_step`` is what an agent loop of real
+  trajectories waits for the proxy (arrays growing to the window, a new tool result captured at every step).
 
 Writes ``bench/results/proxy.json``. Usage: ``python bench/proxy.py [--quick]``.
 """
@@ -157,6 +159,7 @@ def trajectory_tokens(api_url: str, stub: str, count: int, window: int) -> dict[
     trajs = loaders().load_trajectories(str(EVAL / "trajectories" / "openhands_swebench_verified"))[:count]
     direct = proxied = requests = 0
     peak = 0
+    added: list[float] = []  # per step: through the proxy minus directly, the same body one after the other
     with httpx.Client(timeout=120) as http:
         for k, traj in enumerate(trajs):
             headers = {
@@ -169,8 +172,11 @@ def trajectory_tokens(api_url: str, stub: str, count: int, window: int) -> dict[
                 if m["role"] != "assistant":
                     continue
                 body = {"model": "stub", "messages": traj[:i], "max_tokens": 512}
+                start = time.perf_counter()
                 raw = http.post(f"{stub}/v1/chat/completions", json=body).json()["usage"]["prompt_tokens"]
+                middle = time.perf_counter()
                 r = http.post(f"{api_url}/v1/chat/completions", json=body, headers=headers)
+                added.append((time.perf_counter() - middle - (middle - start)) * 1000)
                 assert r.status_code == 200 and r.headers["x-mnemoflow-memory"] == "ok", r.headers
                 sent = r.json()["usage"]["prompt_tokens"]
                 direct, proxied, requests, peak = direct + raw, proxied + sent, requests + 1, max(peak, sent)
@@ -182,6 +188,7 @@ def trajectory_tokens(api_url: str, stub: str, count: int, window: int) -> dict[
         "proxy": proxied,
         "saved": 1 - proxied / direct,
         "peak_proxy_prompt": peak,
+        "added_ms_per_step": {"p50": pct(added, 0.5), "p99": pct(added, 0.99)},
     }
 
 
@@ -253,7 +260,8 @@ def main() -> None:
         )
     print(
         f"prompt tokens over {tokens['requests']} steps of {n_trajs} OpenHands runs at {args.window:,}: "
-        f"direct {tokens['direct']:,}, proxy {tokens['proxy']:,} ({tokens['saved']:.1%} saved)"
+        f"direct {tokens['direct']:,}, proxy {tokens['proxy']:,} ({tokens['saved']:.1%} saved); added latency "
+        f"per step p50 {tokens['added_ms_per_step']['p50']:.1f} ms, p99 {tokens['added_ms_per_step']['p99']:.1f} ms"
     )
     print(f"wrote {out}")
 

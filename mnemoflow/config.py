@@ -124,6 +124,13 @@ class Settings(BaseSettings):
         "throwaway data (a benchmark's comparison run): a machine crash can then lose acknowledged events.",
     )
     l1_enabled: bool = Field(True, description="Schedule L1 extraction from the turn stream.")
+    extractor_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="Niceness of extractor replicas: L1 passes (embedding a backlog) yield the CPU to requests "
+        "(recall's query embedding, compaction) on a shared machine; 0 for equal shares.",
+    )
     curator_shards: int = Field(1, ge=1, le=1024, description="UserCurator actors (users hashed onto them) for L2/L3.")
     curator_tick_seconds: float = Field(5.0, gt=0, description="How often a curator runs the users whose L2 is due.")
     l2_delay_after_l1_seconds: float = Field(10.0, ge=0, description="L2 waits this long after an L1 pass.")

@@ -38,6 +38,7 @@ from serving.loopback import keep_replica_on_loopback
 class ExtractorServer:
     def __init__(self, settings: Settings, max_batch_size: int = 16) -> None:
         keep_replica_on_loopback()
+        os.nice(settings.extractor_nice)  # this replica is its own process: background work, not the request path
         self.run.set_max_batch_size(max_batch_size)  # 1 turns batching off (the benchmark compares both)
         embedder, index = open_index(settings)
         self.store = TimedIndex(index)

@@ -285,7 +285,7 @@ def _clock() -> Any:
 def _extractor(settings: Settings, tracing: Tracing) -> Any:
     from serving.extractor import ExtractorServer
 
-    server = ExtractorServer(settings)
+    server = ExtractorServer(settings.model_copy(update={"extractor_nice": 0}))  # in the test's own process
     server._tracing = tracing
     return server
 
