@@ -109,6 +109,14 @@ def twenty_message_requests(n: int) -> list[list[dict]]:
     return out
 
 
+def note_stages(response: httpx.Response, stages: dict[str, list[float]]) -> None:
+    """The proxy's ``x-mnemoflow-stages-ms`` header (``recall=4.1; compact=9.8``) added to ``stages``."""
+    for part in response.headers.get("x-mnemoflow-stages-ms", "").split("; "):
+        if "=" in part:
+            name, ms = part.split("=")
+            stages.setdefault(name, []).append(float(ms))
+
+
 def latency(api_url: str, stub: str, requests: list[list[dict]], sessions: str = "bench") -> dict[str, Any]:
     """``sessions`` names the sessions: the warm-up's must not be the measured ones, or a measured "first" request
     would be the second of its session."""
@@ -137,10 +145,7 @@ def latency(api_url: str, stub: str, requests: list[list[dict]], sessions: str =
                 proxied[mode].append((time.perf_counter() - start) * 1000)
                 assert r.status_code == 200 and r.headers["x-mnemoflow-memory"] == "ok", r.headers
                 memory_ms[mode].append(float(r.headers["x-mnemoflow-memory-ms"]))
-                for part in r.headers.get("x-mnemoflow-stages-ms", "").split("; "):
-                    if "=" in part:
-                        name, ms = part.split("=")
-                        stages[mode].setdefault(name, []).append(float(ms))
+                note_stages(r, stages[mode])
     out: dict[str, Any] = {
         "direct_ms": {"p50": pct(direct, 0.5), "p99": pct(direct, 0.99)},
         "serve_floor_ms": {"p50": pct(floor, 0.5), "p99": pct(floor, 0.99)},
@@ -160,6 +165,8 @@ def trajectory_tokens(api_url: str, stub: str, count: int, window: int) -> dict[
     direct = proxied = requests = 0
     peak = 0
     added: list[float] = []  # per step: through the proxy minus directly, the same body one after the other
+    memory_ms: list[float] = []
+    stages: dict[str, list[float]] = {}
     with httpx.Client(timeout=120) as http:
         for k, traj in enumerate(trajs):
             headers = {
@@ -178,6 +185,8 @@ def trajectory_tokens(api_url: str, stub: str, count: int, window: int) -> dict[
                 r = http.post(f"{api_url}/v1/chat/completions", json=body, headers=headers)
                 added.append((time.perf_counter() - middle - (middle - start)) * 1000)
                 assert r.status_code == 200 and r.headers["x-mnemoflow-memory"] == "ok", r.headers
+                memory_ms.append(float(r.headers["x-mnemoflow-memory-ms"]))
+                note_stages(r, stages)
                 sent = r.json()["usage"]["prompt_tokens"]
                 direct, proxied, requests, peak = direct + raw, proxied + sent, requests + 1, max(peak, sent)
     return {
@@ -189,6 +198,8 @@ def trajectory_tokens(api_url: str, stub: str, count: int, window: int) -> dict[
         "saved": 1 - proxied / direct,
         "peak_proxy_prompt": peak,
         "added_ms_per_step": {"p50": pct(added, 0.5), "p99": pct(added, 0.99)},
+        "memory_side_ms_per_step": {"p50": pct(memory_ms, 0.5), "p99": pct(memory_ms, 0.99)},
+        "stages_ms_p50": {name: pct(v, 0.5) for name, v in stages.items()},
     }
 
 
@@ -261,7 +272,9 @@ def main() -> None:
     print(
         f"prompt tokens over {tokens['requests']} steps of {n_trajs} OpenHands runs at {args.window:,}: "
         f"direct {tokens['direct']:,}, proxy {tokens['proxy']:,} ({tokens['saved']:.1%} saved); added latency "
-        f"per step p50 {tokens['added_ms_per_step']['p50']:.1f} ms, p99 {tokens['added_ms_per_step']['p99']:.1f} ms"
+        f"per step p50 {tokens['added_ms_per_step']['p50']:.1f} ms, p99 {tokens['added_ms_per_step']['p99']:.1f} ms "
+        f"(memory side p50 {tokens['memory_side_ms_per_step']['p50']:.1f} ms; "
+        f"p50 {', '.join(f'{k} {v:.1f}' for k, v in tokens['stages_ms_p50'].items())})"
     )
     print(f"wrote {out}")
 
