@@ -35,10 +35,20 @@ from serving.llm import llm_factory
 from serving.loopback import keep_replica_on_loopback
 
 
+def lower_priority(increment: int) -> None:
+    """Raise this process's niceness by ``increment`` (at most 19): every thread's, because Linux keeps a niceness
+    per thread and a Serve replica runs its constructor on a thread of its own; threads started later inherit
+    their creator's."""
+    tasks = Path("/proc/self/task")
+    for tid in [int(t.name) for t in tasks.iterdir()] if tasks.is_dir() else [0]:
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + increment))
+
+
 class ExtractorServer:
     def __init__(self, settings: Settings, max_batch_size: int = 16) -> None:
         keep_replica_on_loopback()
-        os.nice(settings.extractor_nice)  # this replica is its own process: background work, not the request path
+        lower_priority(settings.extractor_nice)  # this replica is its own process: background work
         self.run.set_max_batch_size(max_batch_size)  # 1 turns batching off (the benchmark compares both)
         embedder, index = open_index(settings)
         self.store = TimedIndex(index)

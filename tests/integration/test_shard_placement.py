@@ -7,11 +7,13 @@ right after the second node joins, the moment the race is likeliest (it reproduc
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from mnemoflow.config import Settings
@@ -25,7 +27,8 @@ def two_nodes() -> Iterator[Any]:
     from ray.cluster_utils import Cluster
 
     node = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "object_store_memory": 80 * 1024 * 1024}
-    for attempt in (1, 2):  # Ray gives a starting raylet a fixed 30 s to register, too little on a busy machine
+    for attempt in (1, 2, 3):  # Ray gives a starting raylet a fixed 30 s to register, too little on a busy machine
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
         cluster = Cluster(initialize_head=False)
         try:
             cluster.add_node(**node, include_dashboard=False)
@@ -33,7 +36,13 @@ def two_nodes() -> Iterator[Any]:
             break
         except Exception:
             cluster.shutdown()
-            if attempt == 2:
+            # A node whose start timed out is not in the cluster, so shutdown() leaves its processes running, and
+            # its GCS holds the port the next attempt's GCS needs (seen: the retry then timed out on that port).
+            for process in psutil.Process().children(recursive=True):
+                if process.pid not in before:
+                    with contextlib.suppress(psutil.Error):
+                        process.kill()
+            if attempt == 3:
                 raise
     ray.init(address=cluster.address, namespace="placement-test", logging_level=logging.WARNING, log_to_driver=False)
     try:
