@@ -203,9 +203,9 @@ def test_an_api_and_an_extractor_replica_killed_under_load(cluster: LocalCluster
     ]
     api_pids, extractor_pids = cluster.replica_pids("api"), cluster.replica_pids("extractor")
     assert len(api_pids) == 2 and len(extractor_pids) == 2
-    base = os.getpriority(os.PRIO_PROCESS, 0)  # Ray's processes inherit this one's niceness
-    nice = min(19, base + cluster.settings.extractor_nice)  # L1 passes yield the CPU to the request path
-    assert [_niceness(p) for p in extractor_pids + api_pids] == [{nice}, {nice}, {base}, {base}]
+    own = os.getpriority(os.PRIO_PROCESS, 0)  # Ray's processes inherit this one's niceness
+    nice = min(19, own + cluster.settings.extractor_nice)  # L1 passes yield the CPU to the request path
+    assert [_niceness(p) for p in extractor_pids + api_pids] == [{nice}, {nice}, {own}, {own}]
     acked: dict = {}
     base = line_counts(cluster.data_dir)
     t0 = time.monotonic()
