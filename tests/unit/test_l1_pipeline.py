@@ -33,35 +33,26 @@ FACTS = [
 
 
 def write_turns(files: LocalFileStore, texts: list[str], user: str = "u", start: int = 0) -> None:
+    """User and assistant turns in turn (even ids are the user's), in session ``s``."""
+    roles = ["user" if (start + i) % 2 == 0 else "assistant" for i in range(len(texts))]
+    write_named(files, [("s", role, None, text) for role, text in zip(roles, texts, strict=True)], user, start)
+
+
+def write_named(
+    files: LocalFileStore, turns: list[tuple[str, str, str | None, str]], user: str = "u", start: int = 0
+) -> None:
+    """Turns given as (session, role, speaker name, text), a minute apart, ids m<start>, m<start + 1>, ..."""
     L0Writer(files).write(
         [
             TurnEvent(
                 tenant="t",
                 message_id=f"m{start + i}",
                 user=user,
-                session="s",
-                role="user" if (start + i) % 2 == 0 else "assistant",
-                content=text,
-                ts=T0 + timedelta(minutes=start + i),
-            )
-            for i, text in enumerate(texts)
-        ]
-    )
-
-
-def write_named(files: LocalFileStore, turns: list[tuple[str, str, str | None, str]]) -> None:
-    """Turns given as (session, role, speaker name, text), a minute apart, ids m0, m1, ..."""
-    L0Writer(files).write(
-        [
-            TurnEvent(
-                tenant="t",
-                message_id=f"m{i}",
-                user="u",
                 session=session,
                 role=role,
                 name=name,
                 content=text,
-                ts=T0 + timedelta(minutes=i),
+                ts=T0 + timedelta(minutes=start + i),
             )
             for i, (session, role, name, text) in enumerate(turns)
         ]
