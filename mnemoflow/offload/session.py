@@ -15,6 +15,7 @@ from mnemoflow.errors import MnemoflowError
 from mnemoflow.events import ToolResultEvent
 from mnemoflow.offload.annotations import Annotation, annotated_entries, append_annotations
 from mnemoflow.offload.boundary import apply_judgement, fail_safe, heuristic_judge, llm_judge
+from mnemoflow.offload.canvas import from_mermaid
 from mnemoflow.offload.canvas_update import canvas_path, load_canvas, save_canvas, update_canvases
 from mnemoflow.offload.compact import CompactContext, CompactResult, check_window, compact
 from mnemoflow.offload.config import OffloadConfig
@@ -116,8 +117,8 @@ def _context(files: FileStore, state: SessionState, cfg: OffloadConfig) -> Compa
         raw = files.read_bytes(canvas_path(t, s, name))
         if raw is None:
             continue
-        canvas = load_canvas(files, t, s, name)
-        text = CanvasText(name, raw.decode("utf-8"), canvas.task_goal if canvas else "")
+        mermaid = raw.decode("utf-8")
+        text = CanvasText(name, mermaid, from_mermaid(mermaid).task_goal)
         if name == state.active_canvas:
             active = text
         else:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import sys
+import unicodedata
 from datetime import UTC, datetime
 
 import pytest
@@ -11,7 +13,7 @@ from hypothesis import strategies as st
 
 from mnemoflow.errors import InvalidInput
 from mnemoflow.offload.canvas import Canvas, CanvasEdge, CanvasNode, from_mermaid, to_mermaid, validate_mermaid
-from mnemoflow.offload.canvas._text import clean
+from mnemoflow.offload.canvas._text import BREAKING_RE, clean
 
 HOSTILE = [
     '"',
@@ -135,6 +137,18 @@ def test_labels_hold_no_raw_mermaid_syntax(canvas: Canvas) -> None:
         label = line[len(node.id) + 6 : -2]
         assert '"' not in label and "`" not in label
         assert re.sub("<br/>", "", label).count("<") == 0 and label.count("<br/>") == 3
+
+
+def test_breaking_characters_are_the_unicode_categories() -> None:
+    """``clean`` spells the categories that break a label as ranges: they must be exactly those categories."""
+    breaking = {"Cc", "Cs", "Zl", "Zp"}
+    wrong = [
+        hex(c)
+        for c in range(sys.maxunicode + 1)
+        if bool(BREAKING_RE.fullmatch(chr(c))) != (unicodedata.category(chr(c)) in breaking)
+    ]
+    assert wrong == []
+    assert clean(" a\tb\u2028c\x85d\ud800 ", 10) == "a b c d"
 
 
 def test_seed_node_format() -> None:

@@ -8,13 +8,15 @@ then only has to make each character safe inside a quoted Mermaid label, in one 
 from __future__ import annotations
 
 import re
-import unicodedata
 from datetime import UTC, datetime
 
 ELLIPSIS = "…"
-# Categories that break a one-line label: controls, lone surrogates, and the line/paragraph separators that a
-# JavaScript regex `.` does not match (Mermaid's directive regex relies on `.`).
-_BREAKING = frozenset({"Cc", "Cs", "Zl", "Zp"})
+# Characters that break a one-line label: the Unicode categories Cc (controls), Cs (lone surrogates), Zl and Zp
+# (the line/paragraph separators that a JavaScript regex `.` does not match; Mermaid's directive regex relies on
+# `.`), spelled as ranges: those categories have held the same characters since Unicode 2.0, and one regex pass is
+# ~25x faster than a category lookup per character (every field of a canvas is cleaned when it is parsed, and
+# compaction parses canvases on every request; ``test_canvas_render`` checks the ranges against ``unicodedata``).
+BREAKING_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 # Characters that mean something to Mermaid's preprocessing or lexer even inside a quoted label:
 # '"' ends the string, '#' starts an entity, '%' can start a directive ("%%{"), '<' '>' make HTML tags (or a
@@ -38,7 +40,7 @@ _TOKEN_RE = re.compile(r"#\w+;|[#;\"%<>`&]")
 
 def clean(value: str, limit: int) -> str:
     """Make ``value`` a single line without controls, stripped, at most ``limit`` characters (idempotent)."""
-    text = "".join(" " if unicodedata.category(ch) in _BREAKING else ch for ch in value).strip()
+    text = BREAKING_RE.sub(" ", value).strip()
     if len(text) > limit:
         text = text[: limit - 1].rstrip() + ELLIPSIS
     return text

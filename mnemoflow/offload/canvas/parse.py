@@ -3,6 +3,10 @@
 The parser is strict on purpose: a canvas is re-parsed before it is saved, so anything outside the subset (a model
 that slipped raw Mermaid in, a hand edit) is reported instead of guessed at. ``validate_mermaid`` lists every
 problem with its line number; ``from_mermaid`` raises them as one :class:`~mnemoflow.errors.InvalidInput`.
+
+Compaction reads the session's canvases on every request (to update the active one, to re-parse what it renders,
+to inject them), so the last 256 parsed canvases are kept per text: a canvas is immutable, and the same text
+always parses to the same canvas. (A canvas of a few dozen steps is a few kilobytes; a miss costs one parse.)
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from pydantic import ValidationError
@@ -135,6 +140,7 @@ def validate_mermaid(text: str) -> list[str]:
     return _build(text)[1]
 
 
+@lru_cache(maxsize=256)
 def from_mermaid(text: str) -> Canvas:
     """Parse a canvas written by :func:`~mnemoflow.offload.canvas.render.to_mermaid`; inverse of it."""
     canvas, problems = _build(text)
