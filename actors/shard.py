@@ -30,6 +30,7 @@ from mnemoflow.offload.session_state import SequenceGap, SessionState, advance, 
 from mnemoflow.ports import SystemClock
 from mnemoflow.ports.llm import LLM
 from mnemoflow.storage import LocalFileStore
+from mnemoflow.tokens import load_tokenizer
 from mnemoflow.tracing import TraceExport, from_traceparent, links_to
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,10 @@ class SessionShard:
         self._locks: dict[SessionKey, asyncio.Lock] = {}
         self._loads = 0
         self._metrics = ShardMetrics(index)
+        # Every compaction counts tokens: the vocabulary (~0.5-1 s of CPU, ~135 MB) loads with the shard, or the
+        # first request each shard serves after a start pays for it (the proxy bench's slowest first request: 942
+        # ms, all of it compaction in a shard the warm-up had not reached).
+        load_tokenizer()
 
     def _lock(self, key: SessionKey) -> asyncio.Lock:
         return self._locks.setdefault(key, asyncio.Lock())

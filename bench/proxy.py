@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 from mnemoflow.cli.stack import Stack  # noqa: E402
 from mnemoflow.client import Client  # noqa: E402
 from mnemoflow.config import Settings  # noqa: E402
+from mnemoflow.offload.messages import last_user  # noqa: E402
 from mnemoflow.replay import from_locomo  # noqa: E402
 from streams.broker import free_port, stop_process  # noqa: E402
 
@@ -117,6 +118,14 @@ def note_stages(response: httpx.Response, stages: dict[str, list[float]]) -> Non
             stages.setdefault(name, []).append(float(ms))
 
 
+def note_slowest(response: httpx.Response, slowest: dict[str, Any], **where: Any) -> None:
+    """Keep in ``slowest`` the request whose memory side took longest, with its stages: what a p99 is made of."""
+    ms = float(response.headers["x-mnemoflow-memory-ms"])
+    if ms > slowest.get("memory_side_ms", -1.0):
+        slowest.clear()
+        slowest.update(memory_side_ms=ms, stages=response.headers.get("x-mnemoflow-stages-ms", ""), **where)
+
+
 def latency(api_url: str, stub: str, requests: list[list[dict]], sessions: str = "bench") -> dict[str, Any]:
     """``sessions`` names the sessions: the warm-up's must not be the measured ones, or a measured "first" request
     would be the second of its session."""
@@ -126,6 +135,7 @@ def latency(api_url: str, stub: str, requests: list[list[dict]], sessions: str =
     floor: list[float] = []
     memory_ms: dict[str, list[float]] = {"first": [], "repeat": []}
     stages: dict[str, dict[str, list[float]]] = {"first": {}, "repeat": {}}
+    slowest: dict[str, dict[str, Any]] = {"first": {}, "repeat": {}}
     with httpx.Client(timeout=60) as http:
         for k, messages in enumerate(requests):
             body = {"model": "stub", "messages": messages, "max_tokens": 64}
@@ -146,6 +156,7 @@ def latency(api_url: str, stub: str, requests: list[list[dict]], sessions: str =
                 assert r.status_code == 200 and r.headers["x-mnemoflow-memory"] == "ok", r.headers
                 memory_ms[mode].append(float(r.headers["x-mnemoflow-memory-ms"]))
                 note_stages(r, stages[mode])
+                note_slowest(r, slowest[mode], request=k)
     out: dict[str, Any] = {
         "direct_ms": {"p50": pct(direct, 0.5), "p99": pct(direct, 0.99)},
         "serve_floor_ms": {"p50": pct(floor, 0.5), "p99": pct(floor, 0.99)},
@@ -156,6 +167,7 @@ def latency(api_url: str, stub: str, requests: list[list[dict]], sessions: str =
             "added_ms": {"p50": pct(values, 0.5) - pct(direct, 0.5), "p99": pct(values, 0.99) - pct(direct, 0.99)},
             "memory_side_ms": {"p50": pct(memory_ms[mode], 0.5), "p99": pct(memory_ms[mode], 0.99)},
             "stages_ms_p50": {name: pct(v, 0.5) for name, v in stages[mode].items()},
+            "slowest": slowest[mode],
         }
     return out
 
@@ -167,6 +179,7 @@ def trajectory_tokens(api_url: str, stub: str, count: int, window: int) -> dict[
     added: list[float] = []  # per step: through the proxy minus directly, the same body one after the other
     memory_ms: list[float] = []
     stages: dict[str, list[float]] = {}
+    slowest: dict[str, Any] = {}
     with httpx.Client(timeout=120) as http:
         for k, traj in enumerate(trajs):
             headers = {
@@ -187,6 +200,9 @@ def trajectory_tokens(api_url: str, stub: str, count: int, window: int) -> dict[
                 assert r.status_code == 200 and r.headers["x-mnemoflow-memory"] == "ok", r.headers
                 memory_ms.append(float(r.headers["x-mnemoflow-memory-ms"]))
                 note_stages(r, stages)
+                u = last_user(traj[:i])
+                query_chars = len(str(traj[u]["content"])) if u is not None else 0
+                note_slowest(r, slowest, trajectory=k, step=i, query_chars=query_chars)
                 sent = r.json()["usage"]["prompt_tokens"]
                 direct, proxied, requests, peak = direct + raw, proxied + sent, requests + 1, max(peak, sent)
     return {
@@ -200,6 +216,7 @@ def trajectory_tokens(api_url: str, stub: str, count: int, window: int) -> dict[
         "added_ms_per_step": {"p50": pct(added, 0.5), "p99": pct(added, 0.99)},
         "memory_side_ms_per_step": {"p50": pct(memory_ms, 0.5), "p99": pct(memory_ms, 0.99)},
         "stages_ms_p50": {name: pct(v, 0.5) for name, v in stages.items()},
+        "slowest_step": slowest,
     }
 
 
@@ -267,14 +284,15 @@ def main() -> None:
         print(
             f"{name:28} added p50 {m['added_ms']['p50']:6.1f} ms  p99 {m['added_ms']['p99']:6.1f} ms   "
             f"(memory side p50 {m['memory_side_ms']['p50']:.1f} ms, p99 {m['memory_side_ms']['p99']:.1f} ms; "
-            f"p50 {', '.join(f'{k} {v:.1f}' for k, v in m['stages_ms_p50'].items())})"
+            f"p50 {', '.join(f'{k} {v:.1f}' for k, v in m['stages_ms_p50'].items())}; slowest {m['slowest']})"
         )
     print(
         f"prompt tokens over {tokens['requests']} steps of {n_trajs} OpenHands runs at {args.window:,}: "
         f"direct {tokens['direct']:,}, proxy {tokens['proxy']:,} ({tokens['saved']:.1%} saved); added latency "
         f"per step p50 {tokens['added_ms_per_step']['p50']:.1f} ms, p99 {tokens['added_ms_per_step']['p99']:.1f} ms "
         f"(memory side p50 {tokens['memory_side_ms_per_step']['p50']:.1f} ms; "
-        f"p50 {', '.join(f'{k} {v:.1f}' for k, v in tokens['stages_ms_p50'].items())})"
+        f"p50 {', '.join(f'{k} {v:.1f}' for k, v in tokens['stages_ms_p50'].items())}; "
+        f"slowest {tokens['slowest_step']})"
     )
     print(f"wrote {out}")
 

@@ -83,7 +83,7 @@ class Settings(BaseSettings):
     ray_address: str | None = Field(None, description="Ray GCS address; None starts Ray locally.")
     ray_namespace: str = "mnemoflow"
     session_shards: int = Field(
-        2, ge=1, le=4096, description="SessionShard actors (a process each, ~100 MiB): 2 fit a 2-core machine."
+        2, ge=1, le=4096, description="SessionShard actors (a process each, ~250 MiB): 2 fit a 2-core machine."
     )
     shard_idle_seconds: float = Field(600.0, gt=0, description="Evict a session's state after this much idleness.")
     shard_max_sessions: int = Field(10_000, ge=1, description="Bound on sessions one shard keeps in memory.")

@@ -48,8 +48,8 @@ def _encoding() -> Any:
 def load_tokenizer() -> None:
     """Load the vocabulary now rather than at the first count: about a second of CPU (the wheel decodes every
     vocabulary it ships when imported) and ~140 MB of memory, which a process that counts on every request's path
-    (the proxy's recall budget) should pay when it starts, not in its first request. Session shards load it at their
-    first compaction instead: an idle stack does not hold one copy per shard."""
+    (the proxy's recall budget, a session shard's compaction) should pay when it starts, not in its first
+    request."""
     _encoding()
 
 

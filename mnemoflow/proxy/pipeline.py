@@ -4,8 +4,10 @@
 fakes in unit tests) and turns an OpenAI chat request into the array to forward plus response headers that say
 what happened. Forwarding itself (HTTP, streaming) is the serving layer's job.
 
-Order: capture is published beside the request (nothing in it waits for its own capture); recall and compaction
-run at once, so a request waits for the slower of the two, not their sum. Compaction cannot wait for recall's
+Order: recall and compaction run at once, so a request waits for the slower of the two, not their sum; the capture
+is published when they are done, beside the upstream call. Nothing in a request waits for its own capture, and
+the work a capture sets off (the stream worker writing L0, refs and offload entries, the session's shard catching
+up) would otherwise take the same cores as this request's recall and compaction. Compaction cannot wait for recall's
 size, so its budget is the window less the answer's reserve and the room recall is expected to take: the size of
 the session's recall for the same user message (exact for the tool steps that reuse it), else the user's largest
 recall so far or ``proxy_recall_reserve``, whichever is larger. When the recall comes back larger, or the guess
@@ -124,6 +126,7 @@ class Prepared:
     headers: dict[str, str] = field(default_factory=dict)
     memory_ms: float = 0.0
     stages_ms: dict[str, float] = field(default_factory=dict)
+    capture: Capture | None = None
 
 
 class MemoryProxy:
@@ -166,6 +169,8 @@ class MemoryProxy:
             log.warning("proxy memory side failed for %s/%s: %r", tenant, ident.session, exc)
             self._bypass(out, body, f"{type(exc).__name__}: {exc}"[:200])
         out.memory_ms = (time.perf_counter() - start) * 1000
+        if out.capture is not None:
+            self._background(self._publish(tenant, ident.session, out.capture))
         out.headers["x-mnemoflow-memory-ms"] = f"{out.memory_ms:.1f}"
         if out.stages_ms:
             out.headers["x-mnemoflow-stages-ms"] = "; ".join(f"{k}={v:.1f}" for k, v in out.stages_ms.items())
@@ -184,7 +189,7 @@ class MemoryProxy:
             body.messages, ident.user, ident.session, self._captures.captured(tenant, ident.session), self._clock()
         )
         if plan.turns or plan.results:
-            self._background(self._publish(tenant, ident.session, plan))
+            out.capture = plan  # published by prepare once the memory side is done
         out.headers["x-mnemoflow-captured"] = (
             f"turns={len(plan.turns)}; tool_results={len(plan.results)}; too_large={plan.skipped}"
         )
@@ -244,9 +249,9 @@ class MemoryProxy:
         task.add_done_callback(self._tasks.discard)
 
     async def _publish(self, tenant: str, session: str, plan: Capture) -> None:
-        """Off the request's path: nothing in this request waits for its own capture (compaction reads offload
-        entries the stream worker writes later anyway). A failure is logged, and as the ids were not recorded,
-        the next request of the session publishes them again."""
+        """Off the request's path: nothing in this request waits for its own capture (a tool result compaction
+        finds no offload entry for yet stays in the array as sent). A failure is logged, and as the ids were not
+        recorded, the next request of the session publishes them again."""
         try:
             await self._memory.publish(tenant, plan.turns, plan.results)
             await asyncio.to_thread(self._captures.record, tenant, session, plan.ids)

@@ -109,6 +109,27 @@ def test_timeout_degrades_to_no_hits_but_keeps_the_persona(tmp_path: Path) -> No
     assert "Ana is a chemist." in out.system_context and time.perf_counter() - start < 0.6
 
 
+class CountingEmbedder(HashingEmbedder):
+    def __init__(self) -> None:
+        super().__init__(64)
+        self.queries: list[str] = []
+
+    def embed_query(self, texts: list[str]) -> list[list[float]]:
+        self.queries += texts
+        return super().embed_query(texts)
+
+
+def test_a_long_query_searches_with_its_head(tmp_path: Path) -> None:
+    """A pasted task description is not embedded whole (a second of CPU, past the timeout): its head is searched."""
+    embedder = CountingEmbedder()
+    store = InMemoryVectorStore(dim=64, embedding_model=embedder.model_id)
+    store.upsert([row(1, "u", "Ana drinks oat milk"), row(2, "u", "Bo repairs bikes")])
+    rec = Recaller(store=store, embedder=embedder, files=LocalFileStore(tmp_path), config=RecallConfig(k=1))
+    query = "What does Ana drink? " + "and " * 200 + "Bo repairs bikes " * 50  # Bo only past 500 characters
+    out = asyncio.run(rec.recall("t", "u", query))
+    assert embedder.queries == [query[:500]] and [h.id for h in out.hits] == ["a1"]
+
+
 def test_recipes_differ_only_by_config(tmp_path: Path) -> None:
     rec = make(tmp_path, [row(1, "u", "Ana drinks oat milk"), row(2, "u", "Bo likes tea")])
     for name, cfg in RECIPES.items():

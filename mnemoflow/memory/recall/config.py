@@ -30,6 +30,10 @@ class RecallConfig(BaseModel):
     k: int = Field(5, ge=1, le=100)
     types: tuple[AtomType, ...] | None = None
     min_query_chars: int = 2
+    max_query_chars: int = Field(500, ge=1)
+    """Recall searches with the query's head: embedding costs ~1.3 ms of CPU per token here, so the 3.6k-character
+    task description an agent opens with took 1.0-1.4 s to embed, past ``timeout_s`` (no hits at all); its first
+    500 characters take ~150 ms. Longer than any LoCoMo, LongMemEval or Chinese-set question (287 at most)."""
     min_vector_score: float = Field(0.0, ge=-1, le=1)
     """Cosine floor for the vector-only strategy (the spec uses 0.3); fused results have no floor."""
     max_line_chars: int = Field(400, ge=40)

@@ -118,6 +118,7 @@ class Recaller:
         """The search alone; embeds the query unless ``vector`` is given (the bench times it without). A time in
         the query is resolved against ``now``, by default the clock's."""
         cfg = config or self.config
+        query = query[: cfg.max_query_chars]
         if len(query.strip()) < cfg.min_query_chars:
             return []
         if vector is None and "vector" in cfg.methods:
