@@ -21,15 +21,16 @@ requests, which is what ``single-session-assistant`` questions ask about.
 
     python bench/longmemeval_recall.py --quick     # 6 questions, one per type
     python bench/longmemeval_recall.py             # all 60
-    python bench/longmemeval_recall.py --work DIR  # keep the workspace in DIR; run again to resume
     python bench/longmemeval_recall.py --types single-session-assistant   # the questions of some types only
 
-Why ``--work``: the full run takes about an hour of a quiet 2-core machine (e5 embeds every long turn). With it the
-files, both indexes and one record per finished question (``DIR/questions.jsonl``) stay in DIR, and a run with
-the same DIR skips the finished questions and reports all of them. A resumed run scores exactly as one run would:
-every earlier question's user is still in the indexes (BM25's statistics span the index), and a question cut
-short is replayed idempotently (L0 skips known message ids, L1 continues from its cursor, rows are upserted).
-Resume only with the code that started the run: a record checks the embedder, not the commit.
+Each question is measured on its own: a fresh workspace (files, the atom index, the raw-turn index) that holds
+only its user, so BM25's statistics are those of its own history, as LongMemEval's retrieval baselines have them,
+and a question's figures do not depend on which questions ran before it. The full run takes about 3.5 hours of a
+quiet 2-core machine (e5 embeds every turn whole, ~115k tokens a question, and every atom), so each finished
+question is appended to a record file at once (``--records``; by default beside the JSON, with ``.jsonl``) and a
+run with the same file skips the questions it holds and reports all of them. A record carries the embedder and a
+fingerprint of the code that scored it (every file of ``mnemoflow/`` and the two bench modules); a run refuses
+records of other code, so a resumed report is what one run of this code would write.
 
 Writes ``bench/results/longmemeval_recall.json`` (``longmemeval_recall-quick.json`` with ``--quick``, the types
 appended with ``--types``).
@@ -39,9 +40,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import platform
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -181,7 +184,7 @@ def main() -> None:
     ap.add_argument("--eval-dir", default=str(ROOT.parent / "shared" / "eval"))
     ap.add_argument("--embedder", choices=["e5", "minilm"], default=Settings().embedder)
     ap.add_argument("--out")
-    ap.add_argument("--work", help="keep the workspace here and resume from it (see the module docstring)")
+    ap.add_argument("--records", help="the per-question record file to resume from and append to (see above)")
     ap.add_argument("--types", help="only questions of these types (comma-separated question_type values)")
     args = ap.parse_args()
     items = json.loads((Path(args.eval_dir) / "longmemeval" / "longmemeval-s-dev.json").read_text())
@@ -198,26 +201,107 @@ def main() -> None:
     suffix = "".join(f"-{part}" for part in ("quick" if args.quick else "", args.types or "") if part)
     out = Path(args.out) if args.out else ROOT / "bench" / "results" / f"longmemeval_recall{suffix}.json"
     embedder = build_embedder(Settings(embedder=args.embedder))
-    with tempfile.TemporaryDirectory(prefix="mnemoflow-lme-") as tmp:
-        records = measure(items, Path(args.work) if args.work else Path(tmp), embedder)
+    records = measure(items, Path(args.records) if args.records else out.with_suffix(".jsonl"), embedder)
     report(items, records, embedder, out)
 
 
-def measure(items: list[dict[str, Any]], work: Path, embedder: Embedder) -> list[dict[str, Any]]:
-    """One record per question (its hits per measure and system, counts, seconds), those of a previous run in
-    ``work`` included; each new record is appended to ``work/questions.jsonl`` as soon as it is measured."""
-    work.mkdir(parents=True, exist_ok=True)
-    done_file = work / "questions.jsonl"
+# What of ``mnemoflow/`` a record depends on: everything this benchmark loads (checked after every question by
+# :func:`check_fingerprinted`), not the stream, proxy, offload or CLI code it never runs.
+FINGERPRINTED = (
+    "config.py",
+    "embedding",
+    "errors.py",
+    "events.py",
+    "governance",
+    "ids.py",
+    "index",
+    "lexical.py",
+    "lru.py",
+    "memory",
+    "ports",
+    "prompts",
+    "retry.py",
+    "storage",
+    "tokens.py",
+)
+
+
+def fingerprinted_files() -> list[Path]:
+    package = ROOT / "mnemoflow"
+    paths = [package / "__init__.py"]
+    for name in FINGERPRINTED:
+        path = package / name
+        paths += sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts) or [path]
+    return [*paths, ROOT / "bench" / "longmemeval_recall.py", ROOT / "bench" / "locomo_recall.py"]
+
+
+def code_fingerprint() -> str:
+    """What scored a record: a hash of the files of :data:`FINGERPRINTED` and of the two bench modules (a README,
+    test or proxy change keeps it; a change to the engine, recall, the stores or the scoring changes it)."""
+    digest = hashlib.sha256()
+    for path in fingerprinted_files():
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def check_fingerprinted() -> None:
+    """Fail if the run loaded a module of ``mnemoflow`` that the fingerprint does not cover."""
+    covered = {path.resolve() for path in fingerprinted_files()}
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if name.startswith("mnemoflow.") and file and Path(file).resolve() not in covered:
+            raise SystemExit(f"{name} ({file}) scored this run but is not in FINGERPRINTED: add it")
+
+
+def measure(items: list[dict[str, Any]], done_file: Path, embedder: Embedder) -> list[dict[str, Any]]:
+    """One record per question (its hits per measure and system, counts, seconds), those already in ``done_file``
+    included; each new record is appended to it as soon as it is measured. Each question runs in a workspace of
+    its own, removed afterwards."""
+    code = code_fingerprint()
     done = {}
     if done_file.exists():
         for line in done_file.read_text().splitlines():
             record = json.loads(line)
-            if record["embedder"] != embedder.model_id:
-                raise SystemExit(f"{work} holds a run with {record['embedder']}, not {embedder.model_id}")
+            if (record["embedder"], record.get("code")) != (embedder.model_id, code):
+                raise SystemExit(
+                    f"{done_file} holds records of {record['embedder']} with code {record.get('code')}, not "
+                    f"{embedder.model_id} with code {code}: move it away (or pass --records) to start afresh"
+                )
             done[record["question_id"]] = record
-    files, store, raw, _ = workspace(work, embedder)
     if done:
-        print(f"resuming in {work}: {len(done)} of {len(items)} questions measured already", flush=True)
+        print(
+            f"resuming from {done_file}: {sum(i['question_id'] in done for i in items)} of {len(items)} "
+            "questions measured already",
+            flush=True,
+        )
+    done_file.parent.mkdir(parents=True, exist_ok=True)
+    records = []
+    for n, item in enumerate(items, start=1):
+        if item["question_id"] in done:
+            records.append(done[item["question_id"]])
+            continue
+        work = Path(tempfile.mkdtemp(prefix="mnemoflow-lme-"))
+        try:
+            record = measure_one(item, work, embedder, code)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        check_fingerprinted()
+        with done_file.open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
+        records.append(record)
+        print(
+            f"[{n}/{len(items)}] {item['question_type']:26} turns {record['turns']:4}  atoms {record['atoms']:4}  "
+            + "  ".join(f"{s} {record['hits']['turn10'].get(s, '-')}" for s in SYSTEMS)
+            + f"  {record['seconds']:.0f} s",
+            flush=True,
+        )
+    return records
+
+
+def measure_one(item: dict[str, Any], work: Path, embedder: Embedder, code: str) -> dict[str, Any]:
+    """Replay one question's history into a fresh workspace and rank its evidence with every system."""
+    started = time.perf_counter()
+    files, store, raw, own = workspace(work, embedder)
     clock = TurnClock()
     pipeline = L1Pipeline(
         files=files,
@@ -228,58 +312,46 @@ def measure(items: list[dict[str, Any]], work: Path, embedder: Embedder) -> list
         clock=clock,
     )
     recaller = Recaller(store=store, embedder=embedder, files=files)
-    records = []
-    for n, item in enumerate(items, start=1):
-        if item["question_id"] in done:
-            records.append(done[item["question_id"]])
-            continue
-        started = time.perf_counter()
-        user, turns = safe(f"q-{item['question_id']}"), turns_of(item)
-        passes = asyncio.run(ingest(user, turns, files, pipeline, clock))
-        raw.upsert(raw_rows(user, turns, embedder))
-        evidence = {t["id"] for t in turns if t["evidence"]}
-        session_of = {t["id"]: t["session"] for t in turns}
-        answer_sessions = set(item["answer_session_ids"])
-        budget = round(10 * statistics.mean(count_tokens(t["text"]) for t in turns))
-        (vec,) = embedder.embed_query([item["question"]])
-        q = item["question"]
-        ranked = {
-            "hybrid": recaller.hits(TENANT, user, q, vec, RECIPES["hybrid_rrf"], DEPTH, when(item["question_date"])),
-            "bm25_raw": raw.bm25_search("raw", user, q, DEPTH),
-            "dense_raw": raw.dense_search("raw", user, vec, DEPTH),
-            "hybrid_raw": raw.search("raw", user, q, vec, DEPTH),
-        }
-        hits: dict[str, dict[str, int]] = {"turn10": {}, "turn10_budget": {}, "session5": {}}
-        for system, found in ranked.items():
-            listed = [(h.row.text, h.row.source_message_ids) for h in found]
-            sessions = [{session_of[m] for m in src if m in session_of} for _, src in listed[:5]]
-            hits["session5"][system] = int(any(answer_sessions & x for x in sessions))
-            if evidence:
-                hits["turn10"][system] = int(any(evidence & set(src) for _, src in listed[:10]))
-                kept = within(listed, budget)
-                hits["turn10_budget"][system] = int(any(evidence & set(src) for _, src in kept))
-        record = {
-            "question_id": item["question_id"],
-            "question_type": item["question_type"],
-            "embedder": embedder.model_id,
-            "hits": hits,
-            "sources_per_atom": [len(h.row.source_message_ids) for h in ranked["hybrid"][:10]],
-            "turns": len(turns),
-            "atoms": store.count(TENANT, user),
-            "passes": passes,
-            "has_evidence": bool(evidence),
-            "seconds": round(time.perf_counter() - started, 1),
-        }
-        with done_file.open("a") as fh:
-            fh.write(json.dumps(record) + "\n")
-        records.append(record)
-        print(
-            f"[{n}/{len(items)}] {item['question_type']:26} turns {len(turns):4}  atoms {record['atoms']:4}  "
-            + "  ".join(f"{s} {hits['turn10'].get(s, '-')}" for s in SYSTEMS)
-            + f"  {record['seconds']:.0f} s",
-            flush=True,
-        )
-    return records
+    user, turns = safe(f"q-{item['question_id']}"), turns_of(item)
+    passes = asyncio.run(ingest(user, turns, files, pipeline, clock))
+    raw.upsert(raw_rows(user, turns, embedder))
+    evidence = {t["id"] for t in turns if t["evidence"]}
+    session_of = {t["id"]: t["session"] for t in turns}
+    answer_sessions = set(item["answer_session_ids"])
+    budget = round(10 * statistics.mean(count_tokens(t["text"]) for t in turns))
+    (vec,) = embedder.embed_query([item["question"]])
+    q = item["question"]
+    ranked = {
+        "hybrid": recaller.hits(TENANT, user, q, vec, RECIPES["hybrid_rrf"], DEPTH, when(item["question_date"])),
+        "bm25_raw": raw.bm25_search("raw", user, q, DEPTH),
+        "dense_raw": raw.dense_search("raw", user, vec, DEPTH),
+        "hybrid_raw": raw.search("raw", user, q, vec, DEPTH),
+    }
+    hits: dict[str, dict[str, int]] = {"turn10": {}, "turn10_budget": {}, "session5": {}}
+    for system, found in ranked.items():
+        listed = [(h.row.text, h.row.source_message_ids) for h in found]
+        sessions = [{session_of[m] for m in src if m in session_of} for _, src in listed[:5]]
+        hits["session5"][system] = int(any(answer_sessions & x for x in sessions))
+        if evidence:
+            hits["turn10"][system] = int(any(evidence & set(src) for _, src in listed[:10]))
+            kept = within(listed, budget)
+            hits["turn10_budget"][system] = int(any(evidence & set(src) for _, src in kept))
+    record = {
+        "question_id": item["question_id"],
+        "question_type": item["question_type"],
+        "embedder": embedder.model_id,
+        "code": code,
+        "hits": hits,
+        "sources_per_atom": [len(h.row.source_message_ids) for h in ranked["hybrid"][:10]],
+        "turns": len(turns),
+        "atoms": store.count(TENANT, user),
+        "passes": passes,
+        "has_evidence": bool(evidence),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    for index in (store, raw, own):
+        index.close()
+    return record
 
 
 def report(items: list[dict[str, Any]], records: list[dict[str, Any]], embedder: Embedder, out: Path) -> None:

@@ -1,11 +1,18 @@
-"""The recall benchmarks' scoring helpers on made-up data: the token budget, user ids and LongMemEval's history."""
+"""The recall benchmarks' scoring helpers on made-up data: the token budget, user ids, LongMemEval's history and
+the record file a long LongMemEval run resumes from."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
 
 from bench.locomo_recall import named_speakers, raw_rows, uid, within
-from bench.longmemeval_recall import turns_of, when
+from bench.longmemeval_recall import measure, turns_of, when
 from mnemoflow.tokens import count_tokens
 
 
@@ -74,3 +81,52 @@ def test_a_raw_turn_longer_than_a_row_becomes_rows_that_all_cite_it() -> None:
         ("s-1.0", ["s-1"]),
     ]
     assert rows[-1].text == "(empty)"
+
+
+MADE_UP_QUESTION = {
+    "question_id": "q1",
+    "question_type": "single-session-user",
+    "question": "Where did I go hiking last week?",
+    "question_date": "2023/06/08 (Thu) 10:00",
+    "answer_session_ids": ["s1"],
+    "haystack_session_ids": ["s1", "s2"],
+    "haystack_dates": ["2023/06/01 (Thu) 08:00", "2023/06/02 (Fri) 09:00"],
+    "haystack_sessions": [
+        [
+            {"role": "user", "content": "I went hiking on Mount Tam with my sister.", "has_answer": True},
+            {"role": "assistant", "content": "That sounds lovely! How was the view?"},
+        ],
+        [{"role": "user", "content": "Can you suggest a pasta recipe?"}, {"role": "assistant", "content": "Sure."}],
+    ],
+}
+
+
+def test_a_longmemeval_record_is_fingerprinted_with_all_the_code_that_scored_it(tmp_path: Path) -> None:
+    """In a fresh interpreter (this one has loaded the whole package): one question measured, then every module of
+    mnemoflow it loaded must be under the fingerprint, or a resumed run could mix records of different code."""
+    root = Path(__file__).resolve().parents[2]
+    code = (
+        "import json, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"
+        "import bench.longmemeval_recall as b; from mnemoflow.embedding import HashingEmbedder;"
+        "r = b.measure_one(json.loads(sys.argv[2]), Path(sys.argv[3]), HashingEmbedder(16), b.code_fingerprint());"
+        "b.check_fingerprinted(); print(json.dumps(r))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(root), json.dumps(MADE_UP_QUESTION), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    record = json.loads(out.stdout)
+    assert record["turns"] == 4 and record["has_evidence"] and len(record["code"]) == 16
+    assert set(record["hits"]["turn10"]) == {"hybrid", "bm25_raw", "dense_raw", "hybrid_raw"}
+
+
+def test_a_run_refuses_to_resume_from_records_of_other_code(tmp_path: Path) -> None:
+    from mnemoflow.embedding import HashingEmbedder
+
+    embedder = HashingEmbedder(16)
+    records = tmp_path / "records.jsonl"
+    records.write_text(json.dumps({"question_id": "q1", "embedder": embedder.model_id, "code": "0" * 16}) + "\n")
+    with pytest.raises(SystemExit, match="move it away"):
+        measure([MADE_UP_QUESTION], records, embedder)
