@@ -82,14 +82,16 @@ def fail_safe() -> Judgement:
 
 
 def apply_judgement(
-    state: SessionState, judgement: Judgement, user_fingerprint: str, now: datetime
+    state: SessionState, judgement: Judgement, user_fingerprint: str, now: datetime, start: int | None = None
 ) -> tuple[SessionState, Canvas | None]:
     """The new state and, for a new long task, the empty canvas to save as ``state.active_canvas``.
 
-    The boundary starts at the next entry (``last_seq + 1``); a boundary at the same seq replaces the previous
-    one (several user messages before any tool call).
+    The boundary starts at ``start``: the first entry that answers a call made after the judged user message, when
+    the log holds one already (the stream worker can store a task's first results before its first compaction),
+    else the next entry (``last_seq + 1``). A boundary at the same seq replaces the previous one (several user
+    messages before any tool call).
     """
-    start = state.last_seq + 1
+    start = state.last_seq + 1 if start is None else start
     canvas: Canvas | None = None
     active, counter = state.active_canvas, state.canvas_counter
     if judgement.decision == "new_long":

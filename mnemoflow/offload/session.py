@@ -3,8 +3,10 @@
 Order: validate (nothing is written for a malformed array) -> store tool results not yet offloaded (refs +
 entries, idempotent by tool_call_id) -> summarise new entries -> judge the latest user message once (L1.5) ->
 fold new entries into canvases (L2) -> :func:`~mnemoflow.offload.compact.compact` -> persist the decisions in
-``state.json``. Every step reads its inputs from files and writes its outputs back, so a restarted shard
-continues from the files alone.
+``state.json``. Every step writes its outputs back as it goes, so a restarted shard continues from the files
+alone; the session's log and annotations are read once per turn (again only after this call stored tool results
+itself), and what the turn annotates is applied in memory instead of read back. A turn that changes nothing (the
+same array sent again) writes nothing: every fsync is a few milliseconds of the agent's wait.
 """
 
 from __future__ import annotations
@@ -58,10 +60,12 @@ def _events(tenant: str, session: str, msgs: list[Message], now: datetime) -> li
 
 async def _summarise(
     files: FileStore, state: SessionState, entries: list[OffloadEntry], llm: LLM | None, cfg: OffloadConfig, intent: str
-) -> None:
+) -> list[OffloadEntry]:
+    """Summarise and score the entries that have no score yet; appends the annotations and returns ``entries``
+    with them filled in (what reading the annotated log again would give)."""
     todo = [e for e in entries if e.score is None]
     if not todo:
-        return
+        return entries
     pairs = [
         ToolPair(
             e.tool_call_id,
@@ -72,20 +76,25 @@ async def _summarise(
         for e in todo
     ]
     sums = await llm_summaries(pairs, llm, cfg, intent) if llm else [heuristic_summary(p, cfg) for p in pairs]
-    append_annotations(
-        files,
-        state.tenant,
-        state.session,
-        [Annotation(tool_call_id=s.tool_call_id, summary=s.summary, score=s.score) for s in sums],
-    )
+    notes = [Annotation(tool_call_id=s.tool_call_id, summary=s.summary, score=s.score) for s in sums]
+    append_annotations(files, state.tenant, state.session, notes)
+    by_id = {note.tool_call_id: note.model_dump(exclude_none=True, exclude={"tool_call_id"}) for note in notes}
+    return [e.model_copy(update=by_id[e.tool_call_id]) if e.tool_call_id in by_id else e for e in entries]
 
 
 async def _judge(
-    files: FileStore, state: SessionState, msgs: list[Message], llm: LLM | None, now: datetime
+    files: FileStore,
+    state: SessionState,
+    msgs: list[Message],
+    entries: list[OffloadEntry],
+    llm: LLM | None,
+    now: datetime,
 ) -> SessionState:
     u = last_user(msgs)
     if u is None:
         return state
+    after = {t for m in msgs[u:] for t in call_ids(m)}
+    start = min((e.seq for e in entries if e.tool_call_id in after), default=None)
     fp = fingerprint(msgs[u])
     if fp == state.last_user_fingerprint:
         return state
@@ -99,18 +108,17 @@ async def _judge(
             judgement = await llm_judge(text, history, None if active is None else active.task_goal, llm)
         except MnemoflowError:
             judgement = fail_safe()
-    state, canvas = apply_judgement(state, judgement, fp, now)
+    state, canvas = apply_judgement(state, judgement, fp, now, start)
     if canvas is not None and state.active_canvas:
         state = save_canvas(files, state.tenant, state.session, state.active_canvas, canvas, state)
     return state
 
 
-def _context(files: FileStore, state: SessionState, cfg: OffloadConfig) -> CompactContext:
+def _context(
+    files: FileStore, state: SessionState, cfg: OffloadConfig, annotated: list[OffloadEntry]
+) -> CompactContext:
     t, s = state.tenant, state.session
-    entries = {
-        e.tool_call_id: EntryInfo(e.tool_call_id, e.summary, e.score, e.ref, e.node_id)
-        for e in annotated_entries(files, t, s)
-    }
+    entries = {e.tool_call_id: EntryInfo(e.tool_call_id, e.summary, e.score, e.ref, e.node_id) for e in annotated}
     history: dict[str, CanvasText] = {}
     active = None
     for name in files.list_dir(f"{Layout.session_dir(t, s)}/canvases"):
@@ -149,23 +157,30 @@ async def compact_session(
     msgs = validate(messages)
     check_window(msgs, window)
     now = clock.now()
-    state = load_state(files, tenant, session)
+    state = loaded = load_state(files, tenant, session)
     u = last_user(msgs)
     split = len(msgs) if u is None else u
     answered_before = {t for m in msgs[:split] for t in call_ids(m)}
     events = _events(tenant, session, msgs, now)
     if writer is not None:
         writer.write([e for e in events if e.tool_call_id in answered_before])
-    state = advance(state, annotated_entries(files, tenant, session, state.last_seq))
-    state = await _judge(files, state, msgs, llm, now)
-    if writer is not None:
-        writer.write([e for e in events if e.tool_call_id not in answered_before])
     entries = annotated_entries(files, tenant, session)
     state = advance(state, [e for e in entries if e.seq > state.last_seq])
+    state = await _judge(files, state, msgs, entries, llm, now)
+    if writer is not None and (after := [e for e in events if e.tool_call_id not in answered_before]):
+        writer.write(after)
+        entries = annotated_entries(files, tenant, session)
+        state = advance(state, [e for e in entries if e.seq > state.last_seq])
     intent = str(msgs[u].get("content") or "") if u is not None else ""
-    await _summarise(files, state, entries, llm, cfg, intent)
-    entries = annotated_entries(files, tenant, session)
-    state = await update_canvases(files, state, entries, now, llm, cfg.canvas_batch)
-    result = compact(msgs, window, _context(files, state, cfg))
-    save_state(files, state.model_copy(update={"reclaim": result.decisions}))
+    entries = await _summarise(files, state, entries, llm, cfg, intent)
+    state, node_of = await update_canvases(files, state, entries, now, llm, cfg.canvas_batch)
+    if node_of:
+        entries = [
+            e.model_copy(update={"node_id": node_of[e.tool_call_id]}) if e.tool_call_id in node_of else e
+            for e in entries
+        ]
+    result = compact(msgs, window, _context(files, state, cfg, entries))
+    final = state.model_copy(update={"reclaim": result.decisions})
+    if final != loaded:  # the same array again changes nothing: no write, no fsync
+        save_state(files, final)
     return result

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from mnemoflow.events import ToolResultEvent
 from mnemoflow.offload.annotations import annotated_entries, drill_down
 from mnemoflow.offload.boundary import heuristic_judge
 from mnemoflow.offload.canvas import validate_mermaid
@@ -102,3 +103,37 @@ def test_session_turns_persist_boundaries_canvases_and_drill_down(tmp_path: Path
     for e in entries:
         assert any(r == BIG.encode() for _, r in drill_down(files, "t", "s", e.node_id or ""))
     assert state.reclaim.cut is not None
+
+
+def test_a_turn_answers_from_what_it_annotated_and_the_same_array_again_writes_nothing(tmp_path: Path) -> None:
+    """The stream worker stored the task's tool results before its first compaction: they still land on the task's
+    canvas (its boundary starts at the first of them, not after them), the answer carries the node ids the turn
+    wrote (applied in memory, not read back), and the same array again answers the same and touches no file."""
+    files, clock = LocalFileStore(tmp_path), ManualClock()
+    task = "Fix the failing parser test in the repository: the tokenizer drops quotes " * 3
+    history = [{"role": "system", "content": "You are a coding agent."}, *_turn(8, task)]
+    OffloadWriter(files).write(_events_of(history, clock))  # as the stream worker does before the shard compacts
+    first = asyncio.run(compact_session(files, "t", "s", history, 20_000, clock=clock))
+    on_disk = {e.tool_call_id: e.node_id for e in annotated_entries(files, "t", "s")}
+    assert first.removed and all(r.node_id and r.node_id == on_disk[r.tool_call_id] for r in first.removed)
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file()}
+    again = asyncio.run(compact_session(files, "t", "s", history, 20_000, clock=clock))
+    assert (again.messages, again.removed) == (first.messages, first.removed)  # its level: nothing new to reclaim
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def _events_of(messages: list[dict], clock: ManualClock) -> list[ToolResultEvent]:
+    calls = {c["id"]: c["function"] for m in messages for c in m.get("tool_calls") or ()}
+    return [
+        ToolResultEvent(
+            tenant="t",
+            session="s",
+            tool_call_id=m["tool_call_id"],
+            tool_name=calls[m["tool_call_id"]]["name"],
+            arguments=calls[m["tool_call_id"]]["arguments"],
+            content=m["content"],
+            ts=clock.now(),
+        )
+        for m in messages
+        if m["role"] == "tool"
+    ]
