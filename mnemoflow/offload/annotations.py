@@ -8,7 +8,7 @@ entries to canvas nodes. Rewriting the log from a second writer would race the f
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,22 +36,27 @@ def append_annotations(files: FileStore, tenant: str, session: str, notes: Itera
         files.append_lines(annotations_path(tenant, session), lines)
 
 
-def read_annotations(files: FileStore, tenant: str, session: str) -> dict[str, dict[str, object]]:
-    """tool_call_id -> the merged annotation fields (later lines override earlier ones field by field)."""
+def merged(notes: Iterable[Annotation]) -> dict[str, dict[str, object]]:
+    """tool_call_id -> the merged annotation fields (later notes override earlier ones field by field)."""
     out: dict[str, dict[str, object]] = {}
-    for line in files.read_lines(annotations_path(tenant, session)):
-        note = Annotation.model_validate_json(line)
+    for note in notes:
         out.setdefault(note.tool_call_id, {}).update(note.model_dump(exclude_none=True, exclude={"tool_call_id"}))
     return out
 
 
+def read_annotations(files: FileStore, tenant: str, session: str) -> dict[str, dict[str, object]]:
+    """The session's annotations, merged (see :func:`merged`)."""
+    return merged(Annotation.model_validate_json(line) for line in files.read_lines(annotations_path(tenant, session)))
+
+
+def annotate(entries: Iterable[OffloadEntry], notes: Mapping[str, Mapping[str, object]]) -> list[OffloadEntry]:
+    """Entries with the fields of their merged annotations filled in."""
+    return [e.model_copy(update=dict(notes[e.tool_call_id])) if e.tool_call_id in notes else e for e in entries]
+
+
 def annotated_entries(files: FileStore, tenant: str, session: str, after_seq: int = -1) -> list[OffloadEntry]:
     """The session's entries with summary, score and node_id from the annotations."""
-    notes = read_annotations(files, tenant, session)
-    return [
-        e.model_copy(update=notes[e.tool_call_id]) if e.tool_call_id in notes else e
-        for e in read_entries(files, tenant, session, after_seq)
-    ]
+    return annotate(read_entries(files, tenant, session, after_seq), read_annotations(files, tenant, session))
 
 
 def drill_down(files: FileStore, tenant: str, session: str, node_id: str) -> list[tuple[OffloadEntry, bytes | None]]:

@@ -140,14 +140,14 @@ async def update_canvases(
     now: datetime,
     llm: LLM | None = None,
     batch_size: int = 30,
-) -> tuple[SessionState, dict[str, str]]:
+) -> tuple[SessionState, list[Annotation]]:
     """Fold entries with ``seq > state.canvas_seq`` into their canvases; returns the state to save and the node
-    each folded tool call landed on (appended to the annotations already: the caller need not read them back).
+    annotations it appended (the node each folded tool call landed on: the caller need not read them back).
 
     A proposal the canvas refuses (unknown node, broken invariant) falls back to the heuristic ops for that batch,
     so entries are never left unmapped; unassigned tool calls of an LLM batch are attached to its last node.
     """
-    node_of: dict[str, str] = {}
+    appended: list[Annotation] = []
     todo = [e for e in entries if e.seq > state.canvas_seq]
     by_canvas: dict[str, list[OffloadEntry]] = {}
     for e in todo:
@@ -176,8 +176,8 @@ async def update_canvases(
                 if (n := canvas.node_for_tool_call(e.tool_call_id)) is not None
             ]
             append_annotations(files, state.tenant, state.session, notes)
-            node_of.update((note.tool_call_id, str(note.node_id)) for note in notes)
+            appended += notes
         state = save_canvas(files, state.tenant, state.session, name, canvas, state)
     if todo:
         state = state.model_copy(update={"canvas_seq": todo[-1].seq})
-    return state, node_of
+    return state, appended

@@ -15,7 +15,7 @@ from datetime import datetime
 
 from mnemoflow.errors import MnemoflowError
 from mnemoflow.events import ToolResultEvent
-from mnemoflow.offload.annotations import Annotation, annotated_entries, append_annotations
+from mnemoflow.offload.annotations import Annotation, annotate, annotated_entries, append_annotations, merged
 from mnemoflow.offload.boundary import apply_judgement, fail_safe, heuristic_judge, llm_judge
 from mnemoflow.offload.canvas import from_mermaid
 from mnemoflow.offload.canvas_update import canvas_path, load_canvas, save_canvas, update_canvases
@@ -78,8 +78,7 @@ async def _summarise(
     sums = await llm_summaries(pairs, llm, cfg, intent) if llm else [heuristic_summary(p, cfg) for p in pairs]
     notes = [Annotation(tool_call_id=s.tool_call_id, summary=s.summary, score=s.score) for s in sums]
     append_annotations(files, state.tenant, state.session, notes)
-    by_id = {note.tool_call_id: note.model_dump(exclude_none=True, exclude={"tool_call_id"}) for note in notes}
-    return [e.model_copy(update=by_id[e.tool_call_id]) if e.tool_call_id in by_id else e for e in entries]
+    return annotate(entries, merged(notes))
 
 
 async def _judge(
@@ -93,8 +92,6 @@ async def _judge(
     u = last_user(msgs)
     if u is None:
         return state
-    after = {t for m in msgs[u:] for t in call_ids(m)}
-    start = min((e.seq for e in entries if e.tool_call_id in after), default=None)
     fp = fingerprint(msgs[u])
     if fp == state.last_user_fingerprint:
         return state
@@ -108,6 +105,8 @@ async def _judge(
             judgement = await llm_judge(text, history, None if active is None else active.task_goal, llm)
         except MnemoflowError:
             judgement = fail_safe()
+    after = {t for m in msgs[u:] for t in call_ids(m)}
+    start = min((e.seq for e in entries if e.tool_call_id in after), default=None)
     state, canvas = apply_judgement(state, judgement, fp, now, start)
     if canvas is not None and state.active_canvas:
         state = save_canvas(files, state.tenant, state.session, state.active_canvas, canvas, state)
@@ -173,13 +172,8 @@ async def compact_session(
         state = advance(state, [e for e in entries if e.seq > state.last_seq])
     intent = str(msgs[u].get("content") or "") if u is not None else ""
     entries = await _summarise(files, state, entries, llm, cfg, intent)
-    state, node_of = await update_canvases(files, state, entries, now, llm, cfg.canvas_batch)
-    if node_of:
-        entries = [
-            e.model_copy(update={"node_id": node_of[e.tool_call_id]}) if e.tool_call_id in node_of else e
-            for e in entries
-        ]
-    result = compact(msgs, window, _context(files, state, cfg, entries))
+    state, nodes = await update_canvases(files, state, entries, now, llm, cfg.canvas_batch)
+    result = compact(msgs, window, _context(files, state, cfg, annotate(entries, merged(nodes))))
     final = state.model_copy(update={"reclaim": result.decisions})
     if final != loaded:  # the same array again changes nothing: no write, no fsync
         save_state(files, final)
