@@ -2,7 +2,7 @@
 
 The proxy's added latency contains Serve's own hop (``serve_floor_ms`` in ``bench/proxy.py``: ``GET /health/live``
 of the stack, 19-24 ms p50 on our 2-core box). This measures the hop alone, outside the stack: a bare FastAPI
-replica answering ``GET /live`` with nothing, on a fresh one-machine Ray per kind (Ray reads these switches when
+replica answering ``GET /health/live`` with nothing, on a fresh one-machine Ray per kind (Ray reads these switches when
 its processes start), one client, keep-alive, after a warm-up:
 
 * ``proxy``       Serve's HTTP proxy actor in front (what the stack runs): client -> proxy -> replica (actor call).
@@ -33,6 +33,7 @@ from streams.broker import free_port  # noqa: E402
 REPLICA = """
 import json, os, sys, time
 import httpx, ray
+from mnemoflow.cli.stack import wait_live
 from fastapi import FastAPI
 from ray import serve
 
@@ -41,7 +42,7 @@ app = FastAPI()
 @serve.deployment(ray_actor_options={"num_cpus": 0})
 @serve.ingress(app)
 class Live:
-    @app.get("/live")
+    @app.get("/health/live")
     async def live(self) -> str:
         return "ok"
 
@@ -49,18 +50,10 @@ port, direct_port, n = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
 serve.start(http_options={"host": "127.0.0.1", "port": port})
 serve.run(Live.bind(), route_prefix="/")
-url = f"http://127.0.0.1:{direct_port if os.environ.get('DIRECT_ONLY') else port}/live"
+root = f"http://127.0.0.1:{direct_port if os.environ.get('DIRECT_ONLY') else port}"
+url = f"{root}/health/live"
+wait_live(root, timeout=60)  # HAProxy learns the replica's port a moment after serve.run returns
 with httpx.Client() as http:
-    deadline = time.monotonic() + 60
-    while True:  # HAProxy learns the replica's port a moment after serve.run returns
-        try:
-            if http.get(url).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit(f"{url} did not answer")
-        time.sleep(0.2)
     for _ in range(50):
         http.get(url)
     ms = []
@@ -94,6 +87,7 @@ def run(kind: str, n: int, haproxy: str | None) -> list[float]:
         }
     done = subprocess.run(
         [sys.executable, "-c", REPLICA, str(port), str(direct_port), str(n)],
+        cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
