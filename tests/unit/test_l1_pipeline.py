@@ -329,3 +329,33 @@ def test_the_assistants_answer_to_a_request_is_remembered_with_the_request_as_co
     assert records["m2"].priority > trail.priority
     assert records["m5"].content == "Assistant: 灵隐寺旁边的法云安缦素斋很有名，建议提前预订。"
     assert records["m9"].content.startswith("Assistant: Buy a London dry gin")
+
+
+def test_a_request_that_says_something_about_the_user_is_an_atom_and_a_statements_questions_its_context(
+    files, store
+) -> None:
+    """LongMemEval's preference questions: the evidence is often a request ("... my living room ... a cat that sheds
+    a lot?") that had no statement to keep, or a preference said beside a question that alone says what it is about.
+    A bare request, in either language, stays out."""
+    write_turns(
+        files,
+        [
+            "What are some simple ways to keep my living room dust-free, especially with a cat that sheds a lot?",
+            "Vacuum twice a week.",
+            "What else can I do for the later part of the day? I prefer winding down by 9:30 pm.",
+            "Reading works well.",
+            "Can you recommend a hiking trail in the Moncayo park?",
+            "Try the GR-90.",
+            "你能告诉我明天的天气怎么样吗？",
+            "晴天。",
+            "我家的猫掉毛很厉害，怎么办？",
+        ],
+    )
+    asyncio.run(pipeline(files, store).run("t", "u"))
+    atoms = RecordLog(files, "t", "u").read()
+    records = {r.source_message_ids[0]: r for r in atoms if not r.content.startswith("Assistant:")}
+    assert set(records) == {"m0", "m2", "m8"}
+    assert records["m0"].content.startswith("What are some simple ways to keep my living room dust-free")
+    assert records["m2"].content == "I prefer winding down by 9:30 pm."
+    assert records["m2"].context.endswith("What else can I do for the later part of the day?")
+    assert records["m8"].content == "我家的猫掉毛很厉害，怎么办？"

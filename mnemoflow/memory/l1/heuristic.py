@@ -3,7 +3,12 @@
 Why it exists: mnemoflow must work with no model configured, and tests need a stage that is reproducible.
 What it does, plainly: every substantive user statement becomes one atom (questions, greetings and very short
 acknowledgements are dropped); a short answer carries the question it answers as context; the type comes from
-keyword patterns. Dedup decisions compare word sets. Its quality is measured in ``bench/locomo_recall.py``.
+keyword patterns. A message of questions only becomes an atom, whole, when the user speaks of themselves in it
+("... keep my living room dust-free with a cat that sheds a lot?"): on LongMemEval's preference questions that
+request is the evidence, and nothing else said it. The questions of a message that also states something are
+searched with its atom (its context): "What else can I do in the evening? I prefer winding down by 9:30." is
+found by a question about the evening. Dedup decisions compare word sets. Its quality is measured in
+``bench/locomo_recall.py``.
 
 Chinese and English, and a mix of both in one message: sentences end at ``.!?`` followed by a space or at
 ``。！？；`` (Chinese puts no space after them); questions end in ``?``/``？`` or, unpunctuated, in 吗/呢;
@@ -87,6 +92,9 @@ _REQUEST = re.compile(
     r"请|推荐|建议|帮我|告诉我|给我|提醒|能不能|什么|哪|怎么|如何|为什么|多少|[吗呢]",
     re.IGNORECASE,
 )
+# The user speaking of themselves; "me" is left out, as every request says it ("tell me", "give me").
+_SELF = re.compile(r"\b(i|i'm|i've|i'd|i'll|my|mine|myself|we|we're|we've|our|ours)\b", re.IGNORECASE)
+_SELF_ZH = re.compile(r"(?<![诉给帮让教醒问])我")  # not the "me" of 告诉我, 给我, 帮我, 提醒我
 ASSISTANT_PRIORITY = 50
 MIN_WORDS = 4
 SHORT_ANSWER_WORDS = 12
@@ -110,6 +118,22 @@ def statement(text: str) -> str:
     out = " ".join(kept).strip()
     words = word_count(out)
     if words < MIN_WORDS or ((_GREETING.match(out) or _GREETING_ZH.match(out)) and words < 8):
+        return ""
+    return out
+
+
+def questions(text: str) -> str:
+    """The question sentences of a message (what :func:`statement` leaves out), cut to ``CONTEXT_CHARS``."""
+    asked = [s.strip() for s in _SENTENCE.split(text.strip()) if s.strip() and _QUESTION_END.search(s.strip())]
+    return " ".join(asked)[:CONTEXT_CHARS]
+
+
+def about_the_user(text: str) -> str:
+    """A message of questions only that says something about the user ("How do I keep my living room dust-free
+    with a cat that sheds?"): the whole message, else empty. A bare question ("Can you recommend a trail?",
+    "Could you tell me what you did?") says nothing about them."""
+    out = " ".join(text.split())
+    if word_count(out) < MIN_WORDS or not (_SELF.search(out) or _SELF_ZH.search(out)):
         return ""
     return out
 
@@ -145,6 +169,9 @@ class HeuristicExtractor:
             if msg.role != "user":
                 continue
             text = statement(msg.content)
+            asks = questions(msg.content)
+            if not text and (text := about_the_user(msg.content)):
+                asks = ""  # the request is the atom's text, not its context
             if not text:
                 continue
             when = resolve(text, msg.ts)
@@ -155,7 +182,9 @@ class HeuristicExtractor:
                 asker = f" {prev.name}" if prev.name else ""
                 text = f"{text} (answering{asker}: {prev.content.strip()[:CONTEXT_CHARS]})"
             skip = 1 if folded else 0  # a question folded into the text is one of the turns
-            follows = search_context(context[: i - skip], msg.session, CONTEXT_TURNS - skip)
+            follows = "\n".join(
+                filter(None, [search_context(context[: i - skip], msg.session, CONTEXT_TURNS - skip), asks])
+            )
             kind, priority = classify(text)
             days = span(when) if when else None
             start, end = days.bounds(msg.ts.tzinfo) if days else (None, None)  # stored as data, not only as text
