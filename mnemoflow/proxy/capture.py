@@ -55,6 +55,11 @@ class Capture:
     skipped: int = 0
     """Tool outputs too large for one event (``MAX_TEXT_CHARS``): forwarded, but not offloaded."""
 
+    @property
+    def new_ids(self) -> frozenset[str]:
+        """The ids this capture publishes (``ids`` less what was captured before)."""
+        return frozenset([t.message_id for t in self.turns] + [f"tool:{r.tool_call_id}" for r in self.results])
+
 
 def _tool_call_id(raw: Any) -> str:
     raw = str(raw or "call")

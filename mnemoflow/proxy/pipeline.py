@@ -7,7 +7,8 @@ what happened. Forwarding itself (HTTP, streaming) is the serving layer's job.
 Order: recall and compaction run at once, so a request waits for the slower of the two, not their sum; the capture
 is published when they are done, beside the upstream call. Nothing in a request waits for its own capture, and
 the work a capture sets off (the stream worker writing L0, refs and offload entries, the session's shard catching
-up) would otherwise take the same cores as this request's recall and compaction. Compaction cannot wait for recall's
+up) would otherwise take the same cores as this request's recall and compaction; a request that arrives while an
+earlier capture of its session is still being published leaves those messages to it. Compaction cannot wait for recall's
 size, so its budget is the window less the answer's reserve and the room recall is expected to take: the size of
 the session's recall for the same user message (exact for the tool steps that reuse it), else the user's largest
 recall so far or ``proxy_recall_reserve``, whichever is larger. When the recall comes back larger, or the guess
@@ -27,7 +28,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
@@ -145,6 +146,9 @@ class MemoryProxy:
         self._recalls: LRU[tuple[str, str], _KeptRecall] = LRU(recall_cache)
         self._largest: LRU[tuple[str, str], int] = LRU(recall_cache)  # (tenant, user) -> largest recall, tokens
         self._tasks: set[asyncio.Future[None]] = set()
+        # (tenant, session) -> ids a capture of this replica is publishing: a request arriving meanwhile (a tool
+        # step right after the previous answer) must not publish them again; emptied when the publish ends.
+        self._publishing: dict[tuple[str, str], frozenset[str]] = {}
 
     def prompt_budget(self, body: ChatRequest, window: int) -> int:
         """Tokens (o200k) the prompt may hold: the window less the answer's reserve, in our tokenizer's units."""
@@ -168,9 +172,10 @@ class MemoryProxy:
         except Exception as exc:  # noqa: BLE001 - fail open is a choice about every failure of the memory side
             log.warning("proxy memory side failed for %s/%s: %r", tenant, ident.session, exc)
             self._bypass(out, body, f"{type(exc).__name__}: {exc}"[:200])
+        finally:  # what the agent sent is captured whether or not the memory side answered
+            if out.capture is not None:
+                self._background(self._publish(tenant, ident.session, out.capture))
         out.memory_ms = (time.perf_counter() - start) * 1000
-        if out.capture is not None:
-            self._background(self._publish(tenant, ident.session, out.capture))
         out.headers["x-mnemoflow-memory-ms"] = f"{out.memory_ms:.1f}"
         if out.stages_ms:
             out.headers["x-mnemoflow-stages-ms"] = "; ".join(f"{k}={v:.1f}" for k, v in out.stages_ms.items())
@@ -185,11 +190,16 @@ class MemoryProxy:
 
     async def _memory_phase(self, tenant: str, body: ChatRequest, out: Prepared) -> None:
         ident = out.identity
+        key = (tenant, ident.session)
+        publishing = self._publishing.get(key, frozenset())
         plan = plan_capture(
-            body.messages, ident.user, ident.session, self._captures.captured(tenant, ident.session), self._clock()
+            body.messages, ident.user, ident.session, self._captures.captured(*key) | publishing, self._clock()
         )
         if plan.turns or plan.results:
-            out.capture = plan  # published by prepare once the memory side is done
+            # Published by prepare once the memory side is done. What another request is still publishing is not
+            # recorded with this capture: that request records it, or, if its publish fails, the next one sends it.
+            out.capture = replace(plan, ids=plan.ids - publishing)
+            self._publishing[key] = publishing | plan.new_ids
         out.headers["x-mnemoflow-captured"] = (
             f"turns={len(plan.turns)}; tool_results={len(plan.results)}; too_large={plan.skipped}"
         )
@@ -257,6 +267,10 @@ class MemoryProxy:
             await asyncio.to_thread(self._captures.record, tenant, session, plan.ids)
         except Exception as exc:  # noqa: BLE001 - the request has gone on; the next one retries the capture
             log.warning("proxy capture failed in %s/%s (retried next request): %r", tenant, session, exc)
+        finally:
+            key = (tenant, session)
+            if rest := self._publishing.pop(key, frozenset()) - plan.new_ids:
+                self._publishing[key] = rest
 
     async def _recall(self, tenant: str, ident: Identity, query: tuple[str, str] | None) -> RecallResult | None:
         """Recall for the latest user message. The tool steps of the same user turn reuse it while the user's

@@ -154,6 +154,57 @@ def test_a_failed_capture_does_not_fail_the_request_and_is_published_again(tmp_p
     assert len(memory.published) == 1 and len(memory.published[0]) == 1  # the retry published the user turn
 
 
+class GatedMemory(FlakyMemory):
+    """A memory side whose publishes wait for a gate and may fail: requests arrive while a capture is in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 0
+        self.gate = asyncio.Event()
+        self.attempts: list[list[str]] = []
+        self.fail_first = False
+
+    async def publish(self, tenant: str, turns: list, results: list) -> None:
+        ids = [t.message_id for t in turns]
+        self.attempts.append(ids)
+        await self.gate.wait()
+        if self.fail_first and ids == self.attempts[0]:
+            self.fail_first = False
+            raise ConnectionError("broker away")
+        await super().publish(tenant, turns, results)
+
+
+def test_a_request_during_a_capture_in_flight_does_not_publish_it_again(tmp_path: Path) -> None:
+    """A tool step right after an answer often arrives before the previous request's capture is acknowledged:
+    it publishes only what is new to both; if the capture in flight fails, the next request sends it again."""
+    memory = GatedMemory()
+    proxy = MemoryProxy(memory, CaptureLog(LocalFileStore(tmp_path, fsync=False)), Settings(), clock=lambda: NOW)
+    session = {"x-mnemoflow-session": "s1"}
+
+    async def steps() -> list[str]:
+        captured = []
+        for n in (2, 5):  # the second array holds the first and three messages more
+            prepared = await proxy.prepare("acme", ChatRequest(model="m", messages=ARRAY[:n]), session)
+            captured.append(prepared.headers["x-mnemoflow-captured"])
+        memory.fail_first = True  # the first publish in flight fails, the second succeeds
+        memory.gate.set()
+        await asyncio.sleep(0.05)
+        prepared = await proxy.prepare("acme", ChatRequest(model="m", messages=ARRAY[:5]), session)
+        captured.append(prepared.headers["x-mnemoflow-captured"])
+        await asyncio.sleep(0.05)
+        return captured
+
+    assert asyncio.run(steps()) == [
+        "turns=1; tool_results=0; too_large=0",
+        "turns=1; tool_results=1; too_large=0",  # not the user turn the first request is publishing
+        "turns=1; tool_results=0; too_large=0",  # that user turn, its publish having failed
+    ]
+    first, second, third = memory.attempts
+    assert first == third and len(first) == 1 and first[0] not in second
+    assert memory.published == [second, third]
+    assert not proxy._publishing  # nothing left over once the publishes are done
+
+
 class ScriptedMemory:
     """A memory side that records what compaction was asked and when; recall waits until compaction has started,
     so a proxy that ran them one after the other would never finish."""
