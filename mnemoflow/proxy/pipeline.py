@@ -5,20 +5,20 @@ fakes in unit tests) and turns an OpenAI chat request into the array to forward 
 what happened. Forwarding itself (HTTP, streaming) is the serving layer's job.
 
 Order: recall and compaction run at once, so a request waits for the slower of the two, not their sum; the capture
-is published when they are done, beside the upstream call. Nothing in a request waits for its own capture, and
-the work a capture sets off (the stream worker writing L0, refs and offload entries, the session's shard catching
-up) would otherwise take the same cores as this request's recall and compaction; a request that arrives while an
-earlier capture of its session is still being published leaves those messages to it. Compaction cannot wait for recall's
-size, so its budget is the window less the answer's reserve and the room recall is expected to take: the size of
-the session's recall for the same user message (exact for the tool steps that reuse it), else the user's largest
-recall so far or ``proxy_recall_reserve``, whichever is larger. When the recall comes back larger, or the guess
-left too little room for the last user message, the array is compacted again to the exact room, so the prompt
-always fits; when it comes back smaller, compaction had that much less room than the two steps in turn give it.
-Recall is injected into the compacted array. A recall is reused by the tool steps of the same user turn while
-the user's memory is unchanged (:meth:`MemorySide.recall_version`), so their prompt prefix stays byte-identical;
-any write to the memory recall reads makes the next request recall again. The whole memory side has a time
-budget; past it, or on a memory error, the request goes upstream untouched (``proxy_fail_open``) and the
-``x-mnemoflow-memory`` header says why.
+is published when they are done, beside the upstream call. Nothing in a request waits for its own capture, and the
+work a capture sets off (the stream worker writing L0, refs and offload entries, the session's shard catching up)
+would otherwise take the same cores as this request's recall and compaction; a request that arrives while an earlier
+capture of its session is still being published leaves those messages to it. Compaction cannot wait for recall's
+size, so its budget is the window less the answer's reserve and the room recall is expected to take: the size of the
+session's recall for the same user message (exact for the tool steps that reuse it), else the user's largest recall
+so far or ``proxy_recall_reserve``, whichever is larger. When the recall comes back larger, or the guess left too
+little room for the last user message, the array is compacted again to the exact room, so the prompt always fits;
+when it comes back smaller, compaction had that much less room than the two steps in turn give it. Recall is
+injected into the compacted array. A recall is reused by the tool steps of the same user turn while the user's
+memory is unchanged (:meth:`MemorySide.recall_version`), so their prompt prefix stays byte-identical; any write to
+the memory recall reads makes the next request recall again. The whole memory side has a time budget; past it, or on
+a memory error, the request goes upstream untouched (``proxy_fail_open``) and the ``x-mnemoflow-memory`` header says
+why.
 """
 
 from __future__ import annotations

@@ -137,6 +137,13 @@ class FlakyMemory:
         raise AssertionError("no window is configured: compaction must not run")
 
 
+async def settled(proxy: MemoryProxy) -> None:
+    """Wait for the captures the proxy publishes in the background (a fixed sleep is too short on a busy box)."""
+    async with asyncio.timeout(10):
+        while proxy._tasks:
+            await asyncio.gather(*proxy._tasks)
+
+
 def test_a_failed_capture_does_not_fail_the_request_and_is_published_again(tmp_path: Path) -> None:
     memory = FlakyMemory()
     proxy = MemoryProxy(memory, CaptureLog(LocalFileStore(tmp_path, fsync=False)), Settings(), clock=lambda: NOW)
@@ -147,7 +154,7 @@ def test_a_failed_capture_does_not_fail_the_request_and_is_published_again(tmp_p
         for _ in range(2):
             prepared = await proxy.prepare("acme", body, {"x-mnemoflow-session": "s1"})
             states.append(prepared.headers["x-mnemoflow-memory"])
-            await asyncio.sleep(0.05)  # let the background capture run
+            await settled(proxy)
         return states
 
     assert asyncio.run(twice()) == ["ok", "ok"]
@@ -188,10 +195,10 @@ def test_a_request_during_a_capture_in_flight_does_not_publish_it_again(tmp_path
             captured.append(prepared.headers["x-mnemoflow-captured"])
         memory.fail_first = True  # the first publish in flight fails, the second succeeds
         memory.gate.set()
-        await asyncio.sleep(0.05)
+        await settled(proxy)
         prepared = await proxy.prepare("acme", ChatRequest(model="m", messages=ARRAY[:5]), session)
         captured.append(prepared.headers["x-mnemoflow-captured"])
-        await asyncio.sleep(0.05)
+        await settled(proxy)
         return captured
 
     assert asyncio.run(steps()) == [
