@@ -23,6 +23,7 @@ from mnemoflow.offload.annotations import annotated_entries, drill_down
 from mnemoflow.offload.canvas import from_mermaid
 from mnemoflow.offload.canvas_update import canvas_names, canvas_path
 from mnemoflow.offload.entries import read_ref
+from mnemoflow.profiles import DisplayNames
 from mnemoflow.storage import Layout
 from serving.deps import ApiDeps, PathId
 from serving.security import TenantGate
@@ -60,6 +61,7 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
     router = APIRouter(prefix="/ui", include_in_schema=False)
     Tenant = Annotated[str, Depends(gate)]
     files = deps.files
+    names = DisplayNames(files)  # the speaker's name beside each user id, from L0 (read once, then what was added)
 
     def missing(tenant: str, what: str) -> HTMLResponse:
         return render("missing.html", 404, tenant=tenant, what=what)
@@ -95,6 +97,7 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
             "home.html",
             tenant=tenant,
             users=users[:LISTED],
+            names=await asyncio.to_thread(names.of_many, tenant, users[:LISTED]),
             n_users=len(users),
             sessions=sessions[:LISTED],
             n_sessions=len(sessions),
@@ -130,6 +133,7 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
             "user.html",
             tenant=tenant,
             user=user,
+            name=await asyncio.to_thread(names.of, tenant, user),
             persona=PersonaStore(files, tenant, user).read(),
             scenes=scenes,
             atoms=shown,
@@ -152,6 +156,7 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
             "atom.html",
             tenant=tenant,
             user=user,
+            name=await asyncio.to_thread(names.of, tenant, user),
             atom_id=atom_id,
             record=found.record,
             messages=found.messages,
@@ -167,10 +172,11 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
         for name in canvas_names(files, tenant, session):
             text = _text(files.read_bytes(canvas_path(tenant, session, name))) or ""
             try:
-                nodes = list(from_mermaid(text).nodes)
+                drawn = from_mermaid(text)
+                nodes, goal = list(drawn.nodes), drawn.task_goal
             except (ValueError, MnemoflowError):  # drawn anyway; its nodes are still reachable from the entries
-                nodes = []
-            canvases.append((name, text, nodes))
+                nodes, goal = [], ""
+            canvases.append((name, text, nodes, goal))
         entries = await asyncio.to_thread(annotated_entries, files, tenant, session)
         return render(
             "session.html",

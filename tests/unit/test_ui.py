@@ -8,7 +8,10 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.dashboard_data import KEY, OTHER_KEY, SESSION, USER, XSS, build
+from mnemoflow.events import TurnEvent
+from mnemoflow.memory.l0 import L0Writer
+from mnemoflow.storage import LocalFileStore
+from tests.dashboard_data import KEY, OTHER_KEY, SESSION, T0, USER, XSS, build
 
 ESCAPED = "&lt;script&gt;window.__xss = 1&lt;/script&gt;&lt;img src=x onerror=&#34;window.__xss = 2&#34;&gt;"
 
@@ -112,3 +115,21 @@ def test_ranked_search_orders_atoms_like_recall(app) -> None:  # type: ignore[no
     ranked = client.get(f"/ui/users/{USER}", params={**query, "ranked": "true"}).text
     texts = re.findall(r'<td class="text">([^<]*)</td>', ranked)
     assert texts[0] == "Please always answer in French." and "<th>score</th>" in ranked
+
+
+def test_users_are_shown_by_the_name_their_own_turns_carry(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    app = build(tmp_path).app
+    wang, odd = "zh-1--f749b19b1a", "odd-1"
+    said = [(wang, "user", "王芳"), (wang, "assistant", "李雷"), (odd, "user", XSS[:100])]  # 李雷 is the other speaker
+    L0Writer(LocalFileStore(tmp_path)).write(
+        TurnEvent(tenant="acme", message_id=f"n{i}", user=u, session="s", role=r, content="你好", ts=T0, name=n)  # type: ignore[arg-type]
+        for i, (u, r, n) in enumerate(said)
+    )
+    client = logged_in(app)
+    home = client.get("/ui").text
+    assert f'<span class="who">王芳</span>\n  <span class="id">{wang}</span>' in home
+    assert f'<span class="id">{USER}</span></a>' in home and "李雷" not in home  # ana's turns carry no name
+    assert XSS[:20] not in home and ESCAPED[:30] in home  # a name is user data: escaped
+    page = client.get(f"/ui/users/{wang}").text
+    assert "<title>王芳 · mnemoflow</title>" in page and 'id="user-name">王芳</span>' in page
+    assert f'id="user-id">{wang}</span>' in page

@@ -6,6 +6,7 @@
   const articles = [...document.querySelectorAll("article.canvas")];
   if (!window.mermaid || articles.length === 0) return;
   mermaid.initialize({ startOnLoad: false, securityLevel: "strict", theme: "neutral",
+                      fontFamily: getComputedStyle(document.body).fontFamily,  // the page's, Chinese faces included
                       flowchart: { wrappingWidth: 420 } });  // canvas labels carry a summary line
   let failed = false;
   for (const [i, article] of articles.entries()) {
