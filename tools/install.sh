@@ -51,16 +51,17 @@ if command -v npm > /dev/null && [[ -f "$MERMAID_DIR/package-lock.json" ]]; then
 fi
 
 # The dashboard's browser test drives Debian's headless Chromium through Debian's chromedriver (nothing downloads a
-# browser or a driver). Installed with the test extras where apt-get can run (root, as in CI); elsewhere that test
-# is skipped and says why.
+# browser or a driver), with Debian's Noto CJK fonts so Chinese pages draw glyphs, not boxes. Installed with the test
+# extras where apt-get can run (root, as in CI); elsewhere that test is skipped and says why.
 case ",$EXTRAS," in
   *,dev,*)
-    if ! command -v chromium > /dev/null || ! command -v chromedriver > /dev/null; then
+    if ! command -v chromium > /dev/null || ! command -v chromedriver > /dev/null \
+      || ! dpkg -s fonts-noto-cjk > /dev/null 2>&1; then
       if [[ "$(id -u)" == 0 ]] && command -v apt-get > /dev/null; then
         apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver > /dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver fonts-noto-cjk > /dev/null
       else
-        echo "install.sh: chromium and chromium-driver are missing (not root): the browser test will be skipped" >&2
+        echo "install.sh: chromium, chromium-driver or fonts-noto-cjk missing (not root): browser test skipped" >&2
       fi
     fi
     ;;
