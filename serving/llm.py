@@ -8,6 +8,7 @@ the caller's ``ServeLLM.usage`` records each call's stage, latency and outcome a
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -72,11 +73,22 @@ def build_llm_app(settings: Settings) -> Any:
 
 
 class ServeLLM:
-    """Implements :class:`mnemoflow.ports.LLM` by calling the ``llm`` deployment."""
+    """Implements :class:`mnemoflow.ports.LLM` by calling the ``llm`` deployment.
 
-    def __init__(self, handle: Any, usage: LLMUsage | None = None) -> None:
-        self._handle = handle
+    With no ``handle``, the application's handle is looked up on the first call, not here: the shards and curators
+    build this in their constructors, which run before ``mnemoflow up`` starts Serve (a lookup then raised "There
+    is no Serve instance running", killed the actor and stopped the stack), and in a cluster before the ``llm``
+    application exists. A lookup that fails is tried again on the next call.
+    """
+
+    def __init__(self, handle: Any = None, usage: LLMUsage | None = None, app_name: str = "llm") -> None:
+        self._handle, self._app_name = handle, app_name
         self.usage = usage if usage is not None else LLMUsage()
+
+    async def _app(self) -> Any:
+        if self._handle is None:  # a blocking controller round trip: off the caller's event loop
+            self._handle = await asyncio.to_thread(serve.get_app_handle, self._app_name)
+        return self._handle
 
     async def complete(
         self,
@@ -90,7 +102,7 @@ class ServeLLM:
         started = time.perf_counter()
         error: str | None = None
         try:
-            return await self._handle.complete.remote(messages, output_model, max_tokens, temperature, stage)
+            return await (await self._app()).complete.remote(messages, output_model, max_tokens, temperature, stage)
         except Exception as exc:
             error = type(exc).__name__
             raise
@@ -100,5 +112,6 @@ class ServeLLM:
 
 
 def serve_llm() -> ServeLLM:
-    """The LLM port over the running ``llm`` application: a picklable factory for actors (they call it inside)."""
-    return ServeLLM(serve.get_app_handle("llm"))
+    """The LLM port over the ``llm`` application: a picklable factory for actors (they call it inside, before
+    Serve may be running; the handle is resolved on the first call)."""
+    return ServeLLM()
