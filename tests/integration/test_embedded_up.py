@@ -2,11 +2,15 @@
 
 One stack for the module, in a subprocess: every listener of its process tree is on loopback, a trajectory
 replays through it, a SIGKILLed broker and worker are restarted by the supervisor with no acknowledged event
-lost, and SIGTERM (what Kubernetes and systemd send) stops every process of the tree.
+lost, and SIGTERM (what Kubernetes and systemd send) stops every process of the tree. Then one stack per model
+engine, started from the command line the same way, gets ready with its ``llm`` Serve deployment healthy: llama.cpp
+in process on the packaged Qwen2.5-Coder-0.5B (``make test`` fetches it), and the ``openai`` engine against
+llama.cpp's own OpenAI-compatible server on the same file (issue 28: both used to stop within seconds).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -21,16 +25,21 @@ import httpx
 import psutil
 import pytest
 
+from mnemoflow.config import Settings
+from mnemoflow.errors import ConfigError
+from mnemoflow.llm.models import ModelName, installed_model
 from mnemoflow.memory.l0 import read_l0
 from mnemoflow.replay import load_replays
 from mnemoflow.storage import LocalFileStore
 from streams.broker import free_port
+from tests.services import llama_cpp_server
 
 pytestmark = pytest.mark.integration
 
 EVAL = Path(__file__).resolve().parents[3] / "shared" / "eval" / "trajectories" / "openhands_swebench_verified"
 TRAJECTORY = EVAL / "trajs" / "django__django-11095"
 LOOPBACK = ("127.", "::1", "::ffff:127.")
+TEST_MODEL: ModelName = "qwen2.5-0.5b"
 
 
 @dataclass
@@ -76,14 +85,16 @@ def _wait(predicate: object, timeout: float, what: str, up: Up) -> None:
         time.sleep(0.5)
 
 
-@pytest.fixture(scope="module")
-def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    tmp = tmp_path_factory.mktemp("up")
+@contextlib.contextmanager
+def _mnemoflow_up(tmp: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[Up]:
+    """`mnemoflow up --port P *args` in ``tmp`` until it prints READY; stopped (and its whole tree) on exit."""
     data_dir, port = tmp / "data", free_port()
     log = tmp / "up.log"
-    cmd = [sys.executable, "-m", "mnemoflow.cli", "up", "--port", str(port)]
+    cmd = [sys.executable, "-m", "mnemoflow.cli", "up", "--port", str(port), *args]
     with log.open("w") as out:
-        proc = subprocess.Popen(cmd, env=_env(data_dir), stdout=out, stderr=subprocess.STDOUT, cwd=tmp, text=True)
+        proc = subprocess.Popen(
+            cmd, env={**_env(data_dir), **(env or {})}, stdout=out, stderr=subprocess.STDOUT, cwd=tmp, text=True
+        )
     stack = Up(proc, log, data_dir, port, set())
     try:
         _wait(lambda: "READY" in stack.output(), 240, "READY", stack)
@@ -101,6 +112,12 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
                 psutil.Process(pid).kill()
             except psutil.Error:
                 pass
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    with _mnemoflow_up(tmp_path_factory.mktemp("up")) as stack:
+        yield stack
 
 
 def test_every_listener_is_on_loopback(up: Up) -> None:
@@ -201,3 +218,58 @@ def test_sigterm_stops_every_process(up: Up) -> None:
         time.sleep(0.5)
     names = {pid: " ".join(psutil.Process(pid).cmdline())[:120] for pid in left if psutil.pid_exists(pid)}
     assert not left, f"left running after SIGTERM: {names}"
+
+
+def _test_model() -> Path:
+    """The verified 0.5B GGUF. Missing: skipped with how to fetch it, except in CI, where `make test` fetches it
+    before the tests run, so a missing file there is a failure."""
+    try:
+        return installed_model(TEST_MODEL, Settings().models_dir)
+    except ConfigError as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and the test model is not there (`make test` fetches it): {exc}")
+        pytest.skip(str(exc))
+
+
+def _model_env(gguf: Path) -> dict[str, str]:
+    """Small context, one thread: the llm replica shares 2 cores with the rest of the stack (and the tests)."""
+    return {
+        "MNEMOFLOW_MODELS_DIR": str(gguf.parent),
+        "MNEMOFLOW_LLM_CONTEXT_TOKENS": "2048",
+        "MNEMOFLOW_LLM_THREADS": "1",
+    }
+
+
+def _ready_with_llm(up: Up) -> str:
+    """Until ``/health`` is 200 (every check, the llm deployment's included); returns the llm check's detail."""
+    report: dict[str, object] = {}
+
+    def ready() -> bool:
+        nonlocal report
+        try:
+            response = httpx.get(f"{up.base}/health", timeout=10)
+        except httpx.HTTPError:
+            return False
+        report = response.json()
+        return response.status_code == 200
+
+    _wait(ready, 180, "/health ok", up)
+    checks = {c["name"]: c for c in report["checks"]}  # type: ignore[attr-defined]
+    assert checks["llm"]["ok"], report
+    return str(checks["llm"]["detail"])
+
+
+def test_up_with_llama_cpp_in_process_gets_ready(tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp", reason="needs the llama extra: pip install 'mnemoflow[llama]'")
+    gguf = _test_model()
+    with _mnemoflow_up(tmp_path, "--llm", "llama-cpp", "--model", TEST_MODEL, env=_model_env(gguf)) as up:
+        assert _ready_with_llm(up) == "LlamaCppEngine loaded"
+
+
+def test_up_with_openai_against_llama_cpp_server_gets_ready(tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp.server", reason="needs the llama extra: pip install 'mnemoflow[llama]'")
+    gguf = _test_model()
+    with llama_cpp_server(gguf, tmp_path / "llama.log", n_ctx=2048) as url:
+        env = {"MNEMOFLOW_LLM_SCHEMA_FORMAT": "json_object"}  # llama.cpp's server takes a schema this way
+        with _mnemoflow_up(tmp_path, "--llm", "openai", "--llm-url", url, env=env) as up:
+            assert _ready_with_llm(up) == f"{url}/v1/models answered 200"
