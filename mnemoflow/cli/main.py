@@ -18,6 +18,7 @@ from mnemoflow.cli import governance, models
 from mnemoflow.cli.stack import Stack, StackInfo
 from mnemoflow.config import Settings
 from mnemoflow.errors import ConfigError, ServiceUnavailable
+from mnemoflow.llm.factory import check_llm
 from mnemoflow.llm.models import MODELS
 
 app = typer.Typer(help="mnemoflow: memory for fleets of LLM agents.", no_args_is_help=True)
@@ -63,7 +64,6 @@ def up(
 ) -> None:
     """Start the stack (embedded broker unless Kafka is configured), print where each part runs, run until Ctrl-C."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = _settings(data_dir)
     update: dict[str, object] = {}
     if port is not None:
         update["api_port"] = port
@@ -76,19 +76,17 @@ def up(
             update["llm"] = None  # the command line's engine wins over MNEMOFLOW_LLM
     if llm_url is not None:
         update["llm_url"] = llm_url
-    if model is not None:
-        if model in MODELS and update.get("llm_engine", "llama_cpp") == "llama_cpp":
-            update |= {"llm": model, "llm_engine": "llama_cpp", "llm_model_path": None}
-        elif update.get("llm_engine", settings.llm_engine) == "llama_cpp":
-            update |= {"llm": None, "llm_model_path": Path(model)}
-        else:
-            update["llm_model"] = model
     try:
+        settings = _settings(data_dir)
+        if model is not None:
+            if model in MODELS and update.get("llm_engine", "llama_cpp") == "llama_cpp":
+                update |= {"llm": model, "llm_engine": "llama_cpp", "llm_model_path": None}
+            elif update.get("llm_engine", settings.llm_engine) == "llama_cpp":
+                update |= {"llm": None, "llm_model_path": Path(model)}
+            else:
+                update["llm_model"] = model
         settings = Settings.model_validate({**settings.model_dump(), **update})
-        if settings.llm_engine == "llama_cpp":  # a missing model stops here, before anything has started
-            from mnemoflow.llm.factory import llama_cpp_model
-
-            llama_cpp_model(settings)
+        check_llm(settings)  # a missing model or URL stops here, before anything has started
     except (ValueError, ConfigError) as exc:  # pydantic's ValidationError is a ValueError
         console.print(f"[red]not started[/]: {exc}", highlight=False)
         raise typer.Exit(2) from exc

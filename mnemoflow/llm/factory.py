@@ -20,13 +20,11 @@ def build_llm(settings: Settings, usage: LLMUsage | None = None) -> LLM | None:
     if engine == "heuristic":
         return None
     if engine == "openai":
-        if not settings.llm_url:
-            raise ConfigError("llm_engine='openai' needs MNEMOFLOW_LLM_URL (an OpenAI-compatible server)")
         from mnemoflow.llm.openai import OpenAIEngine
 
         key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
         return OpenAIEngine(
-            settings.llm_url,
+            _openai_url(settings),
             settings.llm_model,
             key,
             timeout=settings.llm_timeout_seconds,
@@ -44,10 +42,25 @@ def build_llm(settings: Settings, usage: LLMUsage | None = None) -> LLM | None:
     return VLLMEngine(settings.llm_model, usage=usage)
 
 
+def check_llm(settings: Settings) -> None:
+    """Refuse what :func:`build_llm` would refuse, without loading a model or connecting anywhere. ``mnemoflow up``
+    calls it before it starts anything, so a missing model file or server URL stops it at once with the fix,
+    instead of a failed ``llm`` deployment after the broker and Ray have started."""
+    if settings.llm_engine == "openai":
+        _openai_url(settings)
+    elif settings.llm_engine == "llama_cpp":
+        llama_cpp_model(settings)
+
+
+def _openai_url(settings: Settings) -> str:
+    if not settings.llm_url:
+        raise ConfigError("llm_engine='openai' needs MNEMOFLOW_LLM_URL (--llm-url): an OpenAI-compatible server")
+    return settings.llm_url
+
+
 def llama_cpp_model(settings: Settings) -> Path:
     """The GGUF the llama_cpp engine loads: a packaged model only once verified (else how to fetch it), or the
-    file named by ``llm_model_path``. ``mnemoflow up`` calls this before it starts anything, so a missing file
-    stops it in a second with that message instead of a dead replica a minute later."""
+    file named by ``llm_model_path``."""
     if settings.llm is not None:
         return installed_model(settings.llm, settings.models_dir)
     if not settings.llm_model_path:

@@ -139,12 +139,22 @@ def test_a_missing_model_says_how_to_fetch_it(tmp_path: Path) -> None:
         installed_model("qwen2.5-0.5b", tmp_path)
 
 
-def test_up_stops_before_starting_anything_when_the_model_is_missing(tmp_path: Path) -> None:
-    env = {"MNEMOFLOW_MODELS_DIR": str(tmp_path / "models"), "MNEMOFLOW_CONFIG": str(tmp_path / "none.toml")}
-    args = ["up", "--llm", "llama-cpp", "--model", "qwen2.5-0.5b", "--data-dir", str(tmp_path / "data")]
-    result = CliRunner().invoke(app, args, env=env)
+@pytest.mark.parametrize(
+    ("args", "env", "says"),
+    [
+        (["--llm", "llama-cpp", "--model", "qwen2.5-0.5b"], {}, "mnemoflow model fetch qwen2.5-0.5b"),
+        ([], {"MNEMOFLOW_LLM": "qwen2.5-1.5b"}, "make model MODEL=qwen2.5-1.5b"),
+        ([], {"MNEMOFLOW_LLM": "qwen9"}, "Input should be 'qwen2.5-0.5b' or 'qwen2.5-1.5b'"),
+        (["--llm", "openai"], {"MNEMOFLOW_LLM": "qwen2.5-0.5b"}, "needs MNEMOFLOW_LLM_URL (--llm-url)"),
+    ],
+)
+def test_up_stops_before_starting_anything_on_a_model_it_cannot_run(
+    tmp_path: Path, args: list[str], env: dict[str, str], says: str
+) -> None:
+    env |= {"MNEMOFLOW_MODELS_DIR": str(tmp_path / "models"), "MNEMOFLOW_CONFIG": str(tmp_path / "none.toml")}
+    result = CliRunner().invoke(app, ["up", *args, "--data-dir", str(tmp_path / "data")], env=env)
     assert result.exit_code == 2, result.output
-    assert "mnemoflow model fetch qwen2.5-0.5b" in " ".join(result.output.split())
+    assert says in " ".join(result.output.split())
     assert not (tmp_path / "data").exists()  # no broker, no Ray, no API key: nothing was started
 
 
