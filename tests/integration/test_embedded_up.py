@@ -260,9 +260,10 @@ def _ready_with_llm(up: Up) -> str:
 
 
 def test_up_with_llama_cpp_in_process_gets_ready(tmp_path: Path) -> None:
+    """The one setting of issue 28 (``MNEMOFLOW_LLM``); ``--llm llama-cpp --model NAME`` maps onto it."""
     pytest.importorskip("llama_cpp", reason="needs the llama extra: pip install 'mnemoflow[llama]'")
     gguf = _test_model()
-    with _mnemoflow_up(tmp_path, "--llm", "llama-cpp", "--model", TEST_MODEL, env=_model_env(gguf)) as up:
+    with _mnemoflow_up(tmp_path, env={**_model_env(gguf), "MNEMOFLOW_LLM": TEST_MODEL}) as up:
         assert _ready_with_llm(up) == "LlamaCppEngine loaded"
 
 
