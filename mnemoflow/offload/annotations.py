@@ -23,6 +23,7 @@ class Annotation(BaseModel):
     tool_call_id: str
     summary: str | None = None
     score: int | None = Field(None, ge=0, le=10)
+    error: str | None = None
     node_id: str | None = None
 
 

@@ -63,7 +63,15 @@ class OffloadConfig(BaseModel):
         "node index only (meta-only), the summaries stay one drill-down away.",
     )
     summary_min_tokens: int = Field(200, ge=0, description="Tool results below this need no summary (kept raw).")
-    summary_max_chars: int = Field(400, ge=80, le=2000, description="Bound on any summary.")
+    summary_max_chars: int = Field(
+        400, ge=80, le=2000, description="Bound on a summary's text (the call, why it failed, the output's lines)."
+    )
+    summary_ids_chars: int = Field(
+        600,
+        ge=0,
+        le=2000,
+        description="Room beside it for the identifiers the output introduced (paths, symbols, tests, errors).",
+    )
     summary_batch: int = Field(5, ge=1, le=20, description="Tool results per summarisation LLM call.")
     canvas_batch: int = Field(30, ge=1, le=30, description="Entries per canvas update (one LLM call).")
 

@@ -21,7 +21,7 @@ from mnemoflow.tokens import estimate_tokens
 
 
 class OffloadEntry(BaseModel):
-    """One line of ``offload.jsonl``. ``summary``, ``score`` and ``node_id`` are filled by later stages."""
+    """One line of ``offload.jsonl``. ``summary``, ``score``, ``error`` and ``node_id`` are filled by later stages."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -31,6 +31,7 @@ class OffloadEntry(BaseModel):
     arguments: str
     summary: str = ""
     score: int | None = Field(None, ge=0, le=10, description="Replaceability 0-10; None until summarised.")
+    error: str | None = Field(None, description="Why the call failed (exit code, error line); None: it did not.")
     node_id: str | None = None
     ref: str
     result_bytes: int = Field(ge=0)

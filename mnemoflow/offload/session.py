@@ -76,7 +76,7 @@ async def _summarise(
         for e in todo
     ]
     sums = await llm_summaries(pairs, llm, cfg, intent) if llm else [heuristic_summary(p, cfg) for p in pairs]
-    notes = [Annotation(tool_call_id=s.tool_call_id, summary=s.summary, score=s.score) for s in sums]
+    notes = [Annotation(tool_call_id=s.tool_call_id, summary=s.summary, score=s.score, error=s.error) for s in sums]
     append_annotations(files, state.tenant, state.session, notes)
     return annotate(entries, merged(notes))
 

@@ -40,6 +40,19 @@ def test_heuristic_summary_keeps_errors_and_is_bounded() -> None:
     assert small.summary == "ok" and small.score == 10
 
 
+def test_heuristic_summary_keeps_the_identifiers_the_output_introduced() -> None:
+    view = "\n".join(f"{i:6}\tvalue = pkg.lexer.split_quoted(line{i})  # pkg/lexer.py" for i in range(300))
+    cfg = OffloadConfig()
+    s = heuristic_summary(ToolPair("v", "editor", '{"command": "view", "path": "/repo/pkg/parser.py"}', view), cfg)
+    assert "pkg.lexer.split_quoted" in s.summary and "pkg/lexer.py" in s.summary and s.error is None
+    assert "/repo/pkg/parser.py" not in s.summary  # the call names it already
+    assert len(s.summary) <= cfg.summary_max_chars + cfg.summary_ids_chars
+    failed = heuristic_summary(ToolPair("f", "bash", "{}", BIG + "\n[Command finished with exit code 1]"), cfg)
+    assert failed.error == "exit 1: ValueError: bad input" and "FAILED exit 1: ValueError: bad input" in failed.summary
+    no_ids = heuristic_summary(ToolPair("n", "bash", "{}", BIG), cfg.model_copy(update={"summary_ids_chars": 0}))
+    assert "ids:" not in no_ids.summary and len(no_ids.summary) <= cfg.summary_max_chars
+
+
 def test_llm_summaries_batch_and_fall_back_per_missing_id() -> None:
     pairs = [ToolPair(f"c{i}", "bash", "{}", BIG) for i in range(7)]
     llm = ScriptedLLM(
