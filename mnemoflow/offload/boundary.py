@@ -15,6 +15,7 @@ from datetime import datetime
 
 from mnemoflow.offload.canvas import Canvas
 from mnemoflow.offload.decisions import Boundary, BoundaryKind
+from mnemoflow.offload.goal import task_goal
 from mnemoflow.offload.session_state import SessionState
 from mnemoflow.ports.llm import LLM
 from mnemoflow.prompts import offload_boundary
@@ -51,13 +52,14 @@ def make_label(text: str) -> str:
 
 
 def heuristic_judge(user_text: str, active_canvas: str | None) -> Judgement:
-    """Short follow-ups continue; a long or task-like request starts a new long task; the rest is short."""
+    """Short follow-ups continue; a long or task-like request starts a new long task, its goal and label taken from
+    the request's own title or first sentence (:func:`~mnemoflow.offload.goal.task_goal`); the rest is short."""
     text = user_text.strip()
-    goal = " ".join(text.split())[:200]
     if active_canvas and (_CONTINUE_RE.match(text) or len(text) < 40):
         return Judgement("continue")
     if len(text) > 300 or (_TASK_RE.search(text) and len(text) > 60):
-        return Judgement("new_long", make_label(text), goal)
+        goal = task_goal(text)
+        return Judgement("new_long", make_label(goal), goal)
     return Judgement("continue") if active_canvas else Judgement("short")
 
 
@@ -72,7 +74,8 @@ async def llm_judge(user_text: str, history: list[str], active_mermaid: str | No
     if decision == "continue" and active_mermaid is None:
         decision = "short"
     if decision == "new_long":
-        return Judgement("new_long", reply.label or make_label(user_text), reply.goal or user_text[:200], "llm")
+        goal = reply.goal or task_goal(user_text)
+        return Judgement("new_long", reply.label or make_label(goal), goal, "llm")
     return Judgement(decision, source="llm")
 
 

@@ -2,10 +2,10 @@
 
 One canvas per long task, ``canvases/NNN-<label>.mmd``. Entries are routed to canvases by the persisted
 boundaries; each batch (<= 30 entries) gets one proposal, from the LLM port (:mod:`mnemoflow.prompts.offload_canvas`)
-or the deterministic heuristic. Code applies the ops (all or nothing), renders, re-parses the text and refuses to
-save a canvas that does not round-trip; a rendering whose fingerprint equals the saved one is not rewritten. The
-node each tool call landed on is appended to the annotations, so drill-down works node -> entries -> refs.
-"""
+or the deterministic heuristic (:mod:`mnemoflow.offload.canvas_heuristic`). Code applies the ops (all or nothing),
+renders, re-parses the text and refuses to save a canvas that does not round-trip; a rendering whose fingerprint
+equals the saved one is not rewritten. The node each tool call landed on is appended to the annotations, so
+drill-down works node -> entries -> refs."""
 
 from __future__ import annotations
 
@@ -18,30 +18,21 @@ from mnemoflow.errors import InvalidInput
 from mnemoflow.offload.annotations import Annotation, append_annotations
 from mnemoflow.offload.boundary import canvas_for_seq
 from mnemoflow.offload.canvas import (
-    AddNode,
     AssignToolCalls,
     Canvas,
-    CanvasOp,
     CanvasOps,
-    SetStatus,
-    UpdateNode,
     apply_ops,
     fingerprint,
     from_mermaid,
     to_mermaid,
 )
+from mnemoflow.offload.canvas_heuristic import heuristic_canvas, tombstone_failures
 from mnemoflow.offload.entries import OffloadEntry
 from mnemoflow.offload.session_state import SessionState
 from mnemoflow.ports import FileStore
 from mnemoflow.ports.llm import LLM
 from mnemoflow.prompts import offload_canvas
 from mnemoflow.storage import Layout
-
-_STAGES = (
-    ("Edit", ("edit", "write", "create", "replace", "insert", "patch", "str_replace")),
-    ("Verify", ("test", "pytest", "run", "python", "execute", "bash", "cmd")),
-    ("Explore", ("view", "read", "cat", "ls", "find", "grep", "search", "get", "list", "open")),
-)
 
 
 def canvas_path(tenant: str, session: str, name: str) -> str:
@@ -72,58 +63,17 @@ def save_canvas(
     return state.model_copy(update={"canvas_fingerprints": {**state.canvas_fingerprints, name: fp}})
 
 
-def stage_of(entry: OffloadEntry) -> str:
-    text = f"{entry.tool_name} {entry.arguments[:200]}".lower()
-    for stage, words in _STAGES:
-        if any(w in text for w in words):
-            return stage
-    return "Act"
-
-
-def heuristic_ops(canvas: Canvas, batch: Sequence[OffloadEntry]) -> list[CanvasOp]:
-    """Consecutive entries of the same stage become one node; the previous step is marked done."""
-    ops: list[CanvasOp] = []
-    last = canvas.nodes[-1] if canvas.nodes else None
-    groups: list[list[OffloadEntry]] = []
-    for e in batch:
-        if groups and stage_of(groups[-1][-1]) == stage_of(e):
-            groups[-1].append(e)
-        else:
-            groups.append([e])
-    next_number = max((int(n.id.rsplit("N", 1)[1]) for n in canvas.nodes), default=0) + 1
-    prev_id = last.id if last else None
-    if last and last.status == "doing" and groups and stage_of(groups[0][0]) == last.stage:
-        first = groups.pop(0)
-        ops.append(AssignToolCalls(id=last.id, tool_call_ids=tuple(e.tool_call_id for e in first)))
-        ops.append(UpdateNode(id=last.id, summary=first[-1].summary[:200] or None, timestamp=first[-1].ts))
-    for group in groups:
-        prev = canvas.node(prev_id) if prev_id else None
-        if prev_id and (prev is None or prev.status == "doing"):
-            ops.append(SetStatus(id=prev_id, status="done", timestamp=group[0].ts))
-        node_id = f"{canvas.prefix}-N{next_number}" if canvas.prefix else f"N{next_number}"
-        next_number += 1
-        tools = ", ".join(dict.fromkeys(e.tool_name for e in group))[:100]
-        failed = any(w in (group[-1].summary or "").lower() for w in ("error", "traceback", "failed"))
-        ops.append(
-            AddNode(
-                id=node_id,
-                stage=stage_of(group[0]),
-                action=f"{tools} x{len(group)}",
-                status="doing",
-                summary=(group[-1].summary or "")[:200] + (" [errors]" if failed else ""),
-                timestamp=group[-1].ts,
-                tool_call_ids=tuple(e.tool_call_id for e in group),
-                after=prev_id,
-            )
+async def propose_ops(canvas: Canvas, name: str, batch: Sequence[OffloadEntry], llm: LLM) -> CanvasOps:
+    """The model's operations for one batch; a failed call is marked in its entry's line so it can draw the
+    tombstone itself."""
+    triples = [
+        (
+            e.tool_call_id,
+            f"{e.tool_name}({e.arguments[:150]})",
+            f"FAILED {e.error} | {e.summary}" if e.error else e.summary,
         )
-        prev_id = node_id
-    return ops
-
-
-async def propose_ops(canvas: Canvas, name: str, batch: Sequence[OffloadEntry], llm: LLM | None) -> CanvasOps:
-    if llm is None:
-        return CanvasOps(ops=heuristic_ops(canvas, batch))
-    triples = [(e.tool_call_id, f"{e.tool_name}({e.arguments[:150]})", e.summary) for e in batch]
+        for e in batch
+    ]
     reply = await llm.complete(
         offload_canvas.build(to_mermaid(canvas), name, triples),
         offload_canvas.Reply,
@@ -145,7 +95,8 @@ async def update_canvases(
     annotations it appended (the node each folded tool call landed on: the caller need not read them back).
 
     A proposal the canvas refuses (unknown node, broken invariant) falls back to the heuristic ops for that batch,
-    so entries are never left unmapped; unassigned tool calls of an LLM batch are attached to its last node.
+    so entries are never left unmapped; unassigned tool calls of an LLM batch are attached to its last node, and a
+    failed call the model left on a live node gets a tombstone of its own (the heuristic draws those itself).
     """
     appended: list[Annotation] = []
     todo = [e for e in entries if e.seq > state.canvas_seq]
@@ -160,15 +111,20 @@ async def update_canvases(
             canvas = Canvas(task_goal=name[4:-4] or "task", created=items[0].ts, updated=items[0].ts, prefix=prefix)
         for i in range(0, len(items), batch_size):
             batch = items[i : i + batch_size]
-            try:
-                new = apply_ops(canvas, await propose_ops(canvas, name, batch, llm), now)
-            except (InvalidInput, ValidationError):
-                new = apply_ops(canvas, heuristic_ops(canvas, batch), now)
+            if llm is None:
+                new = heuristic_canvas(canvas, batch, now)
+            else:
+                try:
+                    new = apply_ops(canvas, await propose_ops(canvas, name, batch, llm), now)
+                except (InvalidInput, ValidationError):
+                    new = heuristic_canvas(canvas, batch, now)
             missing = [e.tool_call_id for e in batch if new.node_for_tool_call(e.tool_call_id) is None]
             if missing and new.nodes:
                 target = next((n.id for n in reversed(new.nodes) if n.status != "blocked"), None)
                 if target:
                     new = apply_ops(new, [AssignToolCalls(id=target, tool_call_ids=tuple(missing))], now)
+            if llm is not None and (tombstones := tombstone_failures(new, batch)):
+                new = apply_ops(new, tombstones, now)
             canvas = new
             notes = [
                 Annotation(tool_call_id=e.tool_call_id, node_id=n.id)

@@ -50,14 +50,19 @@ _NODE = re.compile(r'^\s*([A-Za-z0-9_-]+)\["(.*)"\]\s*$')
 
 
 def node_index(mermaid: str) -> list[str]:
-    """``id: Stage: action (status)`` per node of a rendered canvas: the spec's meta-only view (no summaries)."""
+    """``id: Stage: action (status)`` per node of a rendered canvas: the spec's meta-only view. Summaries are left
+    out, except a tombstone's (``(blocked: <error line>)``): it is what tells the agent not to walk that path again.
+    """
     out = []
     for line in mermaid.splitlines():
         match = _NODE.match(line)
         if not match:
             continue
         parts = match.group(2).split("<br/>")
-        status = next((p.split(":", 1)[1].strip() for p in parts if p.startswith("status:")), "")
+        field = {k: v.strip() for k, _, v in (p.partition(":") for p in parts[1:])}
+        status = field.get("status", "")
+        if status == "blocked" and field.get("summary"):
+            status = f"blocked: {field['summary']}"
         out.append(f"{match.group(1)}: {parts[0]}" + (f" ({status})" if status else ""))
     return out
 
@@ -71,7 +76,8 @@ def active_message(canvas: CanvasText, budget: int | None = None) -> Message:
         f"{goal}"
         "Each node lists its tool_call_ids; drill down by node_id to read the raw tool outputs.\n"
         f"```mermaid\n{canvas.mermaid.rstrip()}\n```\n"
-        "`doing` nodes are the current focus, `done` are finished, `blocked` are failed paths not to retry.\n"
+        "`doing` nodes are the current focus, `done` are finished, `blocked` are calls that failed (the summary "
+        "says why): do not repeat them unchanged.\n"
         "</current_task_context>"
     )
     message: Message = {"role": "user", "content": text}
@@ -84,7 +90,8 @@ def active_message(canvas: CanvasText, budget: int | None = None) -> Message:
         f"{goal}"
         "nodes (drill down by node_id for summaries, tool_call_ids and raw outputs):\n"
         f"{index}\n"
-        "`doing` nodes are the current focus, `done` are finished, `blocked` are failed paths not to retry.\n"
+        "`doing` nodes are the current focus, `done` are finished, `blocked` are calls that failed (the summary "
+        "says why): do not repeat them unchanged.\n"
         "</current_task_context>"
     )
     return {"role": "user", "content": text}

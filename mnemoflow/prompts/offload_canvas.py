@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mnemoflow.offload.canvas import MAX_OPS, STATUSES, CanvasOps
 from mnemoflow.ports.llm import ChatMessage
 
-VERSION = "offload_canvas/1"
+VERSION = "offload_canvas/2"
 _IDS: Any = Field(default_factory=list, max_length=30)  # one constraint shared by the id-list fields
 # A Literal built from the canvas's own status tuple, so the reply schema cannot drift from the model; mypy cannot
 # follow a Literal made from a variable, hence the ignore.
@@ -84,8 +84,9 @@ SYSTEM = (
     "(id, tool, summary), reply with operations: add_node (stage, action, status done|doing|paused|blocked, "
     "summary <=150 chars of the conclusion, tool_call_ids, after=previous node), update_node, set_status, add_edge, "
     "assign_tool_calls. Merge consecutive calls with the same intent into one node; mark dead ends 'blocked' "
-    "(they stay as tombstones); record only what happened. Every new tool_call_id must be assigned to exactly one "
-    "node. Reply with JSON only."
+    "(they stay as tombstones): a call marked FAILED gets a blocked node of its own whose summary keeps the error "
+    "line; keep file paths, symbols and test names in summaries; record only what happened. Every new "
+    "tool_call_id must be assigned to exactly one node. Reply with JSON only."
 )
 
 
