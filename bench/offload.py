@@ -11,8 +11,18 @@ message, the history so far is the prompt, compacted by each strategy at each wi
 
 Reported per set and window: cumulative prompt tokens (o200k_base, exact), peak prompt, prefix reuse (share of
 prompt tokens that repeat the previous prompt's leading messages, token-weighted), recoverability (removed tool
-outputs whose ref holds the original bytes) and canvas validity (saved canvases that parse). Writes
-``bench/results/offload.json``. Usage: ``python bench/offload.py [--quick] [--per-session 10]``.
+outputs whose ref holds the original bytes), canvas validity (saved canvases that parse, ours and the official
+Mermaid parser), and what the canvases keep:
+
+* ``identifier_retention`` per strategy: for each tool output the prompt no longer holds verbatim, the identifiers
+  it introduced (:mod:`mnemoflow.offload.identifiers`: paths, test ids, dotted symbols, error types and lines; in
+  no earlier message, its own call included) that the agent's next message uses (text or tool-call arguments),
+  and the share of those the prompt that message answered still shows, anywhere in its text;
+* ``failed_calls_blocked``: of the calls the tool itself reported failed (:func:`reported_failure`: a non-zero
+  exit code, or an ``ERROR:`` reply from a tool without exit codes), the share on a ``blocked`` node;
+* ``tool_call_coverage``: of the calls compaction saw inside a long task, the share on exactly one canvas node.
+
+Writes ``bench/results/offload.json``. Usage: ``python bench/offload.py [--quick] [--per-session 10]``.
 """
 
 from __future__ import annotations
@@ -25,13 +35,17 @@ import re
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
-from mnemoflow.offload.canvas import validate_mermaid
+from mnemoflow.offload.boundary import canvas_for_seq
+from mnemoflow.offload.canvas import from_mermaid, validate_mermaid
 from mnemoflow.offload.config import OffloadConfig
-from mnemoflow.offload.entries import OffloadWriter, read_ref
+from mnemoflow.offload.entries import OffloadWriter, read_entries, read_ref
+from mnemoflow.offload.identifiers import extract
 from mnemoflow.offload.messages import ToolPair, last_user, system_prefix, units
 from mnemoflow.offload.session import compact_session
+from mnemoflow.offload.session_state import load_state
 from mnemoflow.offload.summarize import heuristic_summary
 from mnemoflow.storage import Layout, LocalFileStore
 from mnemoflow.testing import ManualClock
@@ -128,6 +142,131 @@ class Meter:
 
 
 CONFIG = OffloadConfig()
+STRATEGIES = ("no_offload", "masking", "summaries", "mnemoflow")
+_EXIT_CODE = re.compile(r"exit code (-?\d+)", re.I)
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def message_text(m: dict) -> str:
+    """What a model reads in a message: its content, and its tool calls' arguments as sent and as decoded strings
+    (a path inside a JSON argument is written with escapes the model reads through)."""
+    content = m.get("content")
+    parts = [content] if isinstance(content, str) else []
+    for c in m.get("tool_calls") or ():
+        raw = str((c.get("function") or {}).get("arguments", ""))
+        parts.append(raw)
+        try:
+            parts += _strings(json.loads(raw))
+        except ValueError:
+            pass
+    return "\n".join(parts)
+
+
+def reported_failure(text: str) -> bool:
+    """The tool itself says the call failed: a non-zero exit code in its trailing status lines, or, for a tool that
+    reports none, a reply that starts with ``ERROR:`` / ``Error:``. Only what the tool reports, not the canvas
+    engine's wider reading (tracebacks, test summaries), so the blocked-node figure does not grade the detector by
+    its own extra rules; calls those rules add are counted apart (``blocked_other``)."""
+    codes = [int(m.group(1)) for line in text.splitlines()[-6:] if (m := _EXIT_CODE.search(line))]
+    if codes:
+        return codes[-1] != 0
+    return text.lstrip().startswith(("ERROR:", "Error:", "error:"))
+
+
+class Identifiers:
+    """The identifiers of one session (:mod:`mnemoflow.offload.identifiers`): per tool output those it introduced
+    (in no message before it, its own call included), per assistant message those it uses (text and arguments)."""
+
+    def __init__(self, session: list[dict]) -> None:
+        seen: set[str] = set()
+        self.introduced: dict[str, dict[str, str]] = {}
+        self.used: dict[int, set[str]] = {}
+        for k, m in enumerate(session):
+            found = {i.text: i.kind for i in extract(message_text(m))}
+            if m["role"] == "tool":
+                self.introduced[m["tool_call_id"]] = {t: kind for t, kind in found.items() if t not in seen}
+            elif m["role"] == "assistant":
+                self.used[k] = set(found)
+            seen |= found.keys()
+
+
+_MISSING = object()
+
+
+def removed_outputs(history: list[dict], prompt: list[dict]) -> list[str]:
+    """Tool outputs of ``history`` that ``prompt`` does not hold verbatim (stubbed, masked or dropped)."""
+    kept = {m["tool_call_id"]: m.get("content") for m in prompt if m["role"] == "tool"}
+    return [
+        m["tool_call_id"]
+        for m in history
+        if m["role"] == "tool" and kept.get(m["tool_call_id"], _MISSING) != m.get("content")
+    ]
+
+
+class Retention:
+    """Identifier retention of one strategy: of the identifiers a removed tool output introduced that the agent's
+    next message uses, the share the prompt it answered still showed (anywhere: a stub, the canvas, its own notes).
+    Each identifier counts once per message that uses it."""
+
+    def __init__(self) -> None:
+        self.scored: Counter[str] = Counter()
+        self.visible: Counter[str] = Counter()
+
+    def add(self, ids: Identifiers, i: int, history: list[dict], prompt: list[dict]) -> None:
+        used = ids.used.get(i)
+        if not used:
+            return
+        wanted: dict[str, str] = {}
+        for tid in removed_outputs(history, prompt):
+            wanted.update({t: kind for t, kind in ids.introduced[tid].items() if t in used})
+        if not wanted:
+            return
+        text = "\n".join(message_text(m) for m in prompt)
+        for ident, kind in wanted.items():
+            self.scored[kind] += 1
+            self.visible[kind] += ident in text
+
+    def report(self) -> dict[str, int]:
+        return {"scored": sum(self.scored.values()), "visible": sum(self.visible.values())} | {
+            f"{kind}_{what}": counter[kind]
+            for kind in sorted(self.scored)
+            for what, counter in (("scored", self.scored), ("visible", self.visible))
+        }
+
+
+def canvas_figures(files: LocalFileStore, tag: str, session: list[dict], seen: set[str]) -> dict[str, int]:
+    """Tool-call coverage and blocked nodes, over the calls the replay showed compaction that fell in a long task
+    (a short segment has no canvas): each must be on exactly one node of its canvas."""
+    state = load_state(files, "bench", tag)
+    canvas_dir = f"{Layout.session_dir('bench', tag)}/canvases"
+    canvases = {
+        n: from_mermaid((files.read_bytes(f"{canvas_dir}/{n}") or b"").decode()) for n in files.list_dir(canvas_dir)
+    }
+    outputs = {m["tool_call_id"]: m.get("content") or "" for m in session if m["role"] == "tool"}
+    out = Counter[str]()
+    for entry in read_entries(files, "bench", tag):
+        name = canvas_for_seq(state, entry.seq)
+        if entry.tool_call_id not in seen or name is None or name not in canvases:
+            continue
+        nodes = [n for c in canvases.values() for n in c.nodes if entry.tool_call_id in n.tool_call_ids]
+        failed = reported_failure(outputs[entry.tool_call_id])
+        blocked = len(nodes) == 1 and nodes[0].status == "blocked"
+        out["long_calls"] += 1
+        out["mapped_once"] += len(nodes) == 1 and canvases[name].node_for_tool_call(entry.tool_call_id) is not None
+        out["failed_calls"] += failed
+        out["failed_blocked"] += failed and blocked
+        out["blocked_other"] += blocked and not failed
+    out["nodes"] = sum(len(c.nodes) for c in canvases.values())
+    return dict(out)
 
 
 async def replay(session: list[dict], window: int, tag: str) -> dict[str, object]:
@@ -138,21 +277,28 @@ async def replay(session: list[dict], window: int, tag: str) -> dict[str, object
         for m in session
         if m["role"] == "tool"
     }
-    meters = {k: Meter() for k in ("no_offload", "masking", "summaries", "mnemoflow")}
+    ids = Identifiers(session)
+    meters = {k: Meter() for k in STRATEGIES}
+    kept = {k: Retention() for k in STRATEGIES}
     removed_total = removed_ok = 0
     originals = {m["tool_call_id"]: m["content"] for m in session if m["role"] == "tool"}
     with tempfile.TemporaryDirectory() as root:
         files, clock = LocalFileStore(root), ManualClock()
         writer = OffloadWriter(files)
         for i in calls:
-            prompt = session[:i]
-            meters["no_offload"].add(overflow(prompt, window))
-            meters["masking"].add(overflow(masked(prompt, None), window))
-            meters["summaries"].add(overflow(masked(prompt, summaries), window))
+            history = session[:i]
+            prompts = {
+                "no_offload": overflow(history, window),
+                "masking": overflow(masked(history, None), window),
+                "summaries": overflow(masked(history, summaries), window),
+            }
             result = await compact_session(
-                files, "bench", tag, prompt, window, clock=clock, writer=writer, config=CONFIG
+                files, "bench", tag, history, window, clock=clock, writer=writer, config=CONFIG
             )
-            meters["mnemoflow"].add(result.messages)
+            prompts["mnemoflow"] = result.messages
+            for name, prompt in prompts.items():
+                meters[name].add(prompt)
+                kept[name].add(ids, i, history, prompt)
             for r in result.removed:
                 removed_total += 1
                 removed_ok += read_ref(files, "bench", tag, r.tool_call_id) == originals[r.tool_call_id].encode()
@@ -161,9 +307,20 @@ async def replay(session: list[dict], window: int, tag: str) -> dict[str, object
         names = files.list_dir(canvas_dir)
         texts = [(files.read_bytes(f"{canvas_dir}/{n}") or b"").decode() for n in names]
         valid = sum(not validate_mermaid(t) for t in texts)
-    out: dict[str, object] = {k: {"cumulative": m.total, "peak": m.peak, "reused": m.reused} for k, m in meters.items()}
+        seen = {m["tool_call_id"] for m in session[: calls[-1]] if m["role"] == "tool"} if calls else set()
+        figures = canvas_figures(files, tag, session, seen)
+    out: dict[str, object] = {
+        k: {"cumulative": m.total, "peak": m.peak, "reused": m.reused, "retention": kept[k].report()}
+        for k, m in meters.items()
+    }
     out.update(
-        calls=len(calls), removed=removed_total, recovered=removed_ok, canvases=len(names), valid=valid, texts=texts
+        calls=len(calls),
+        removed=removed_total,
+        recovered=removed_ok,
+        canvases=len(names),
+        valid=valid,
+        texts=texts,
+        canvas_figures=figures,
     )
     return out
 
@@ -182,15 +339,25 @@ def official_validity(texts: list[str]) -> float | None:
     return round(sum(bool(r["ok"]) for r in results) / len(texts), 4)
 
 
+def _share(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
 def merge(results: list[dict]) -> dict[str, object]:
-    keys = ("no_offload", "masking", "summaries", "mnemoflow")
-    cum = {k: sum(r[k]["cumulative"] for r in results) for k in keys}
-    reuse = {k: round(sum(r[k]["reused"] for r in results) / max(cum[k], 1), 4) for k in keys}
+    cum = {k: sum(r[k]["cumulative"] for r in results) for k in STRATEGIES}
+    reuse = {k: round(sum(r[k]["reused"] for r in results) / max(cum[k], 1), 4) for k in STRATEGIES}
     removed = sum(r["removed"] for r in results)
     canvases = sum(r["canvases"] for r in results)
+    kept = {k: Counter[str]() for k in STRATEGIES}
+    for r in results:
+        for k in STRATEGIES:
+            kept[k].update(r[k]["retention"])
+    fig = Counter[str]()
+    for r in results:
+        fig.update(r["canvas_figures"])
     return {
         "cumulative_prompt_tokens": cum,
-        "peak_context": {k: max(r[k]["peak"] for r in results) for k in keys},
+        "peak_context": {k: max(r[k]["peak"] for r in results) for k in STRATEGIES},
         "prefix_reuse": reuse["mnemoflow"],
         "prefix_reuse_by_strategy": reuse,
         "recoverability": round(sum(r["recovered"] for r in results) / removed, 4) if removed else 1.0,
@@ -201,6 +368,11 @@ def merge(results: list[dict]) -> dict[str, object]:
         "canvases": canvases,
         "vs_no_offload": round(1 - cum["mnemoflow"] / cum["no_offload"], 4),
         "vs_masking": round(1 - cum["mnemoflow"] / cum["masking"], 4),
+        "identifier_retention": {k: _share(kept[k]["visible"], kept[k]["scored"]) for k in STRATEGIES},
+        "identifier_counts": {k: dict(sorted(kept[k].items())) for k in STRATEGIES},
+        "tool_call_coverage": _share(fig["mapped_once"], fig["long_calls"]),
+        "failed_calls_blocked": _share(fig["failed_blocked"], fig["failed_calls"]),
+        "canvas_counts": dict(sorted(fig.items())),
     }
 
 
@@ -226,24 +398,23 @@ async def main() -> None:
         per = 5 if args.quick else args.per_session
         trajs = trajs[:5] if args.quick else trajs
         sessions = [trajs[i : i + per] for i in range(0, len(trajs), per)]
-        report[set_name] = {}
+        by_window: dict[str, dict[str, object]] = {}
         for wname, window in WINDOWS.items():
             t0 = time.perf_counter()
-            chained = [await replay(chain(s), window, f"{set_name}-{wname}-c{j}") for j, s in enumerate(sessions)]
-            single = [await replay(chain([t]), window, f"{set_name}-{wname}-s{j}") for j, t in enumerate(trajs)]
-            report[set_name][wname] = {
-                **merge(chained),
-                "single": merge(single),  # type: ignore[index]
-                "seconds": round(time.perf_counter() - t0, 1),
-            }
+            chained = merge(
+                [await replay(chain(s), window, f"{set_name}-{wname}-c{j}") for j, s in enumerate(sessions)]
+            )
+            single = merge([await replay(chain([t]), window, f"{set_name}-{wname}-s{j}") for j, t in enumerate(trajs)])
+            by_window[wname] = {**chained, "single": single, "seconds": round(time.perf_counter() - t0, 1)}
             print(
                 set_name,
                 wname,
-                json.dumps(report[set_name][wname]["cumulative_prompt_tokens"]),  # type: ignore[index]
+                json.dumps(chained["cumulative_prompt_tokens"]),
                 "single",
-                json.dumps(report[set_name][wname]["single"]["cumulative_prompt_tokens"]),
+                json.dumps(single["cumulative_prompt_tokens"]),
                 file=sys.stderr,
-            )  # type: ignore[index]
+            )
+        report[set_name] = by_window
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))
