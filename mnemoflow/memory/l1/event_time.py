@@ -143,6 +143,11 @@ _TAG = re.compile(r"\(event: ([^()]{1,40})\)")
 _LABEL = re.compile(r"(week of )?(\d{4})(?:-(\d{2})(?:-(\d{2}))?)?")
 
 
+def untagged(text: str) -> str:
+    """``text`` without the labels :func:`tag` wrote into it."""
+    return _TAG.sub("", text).strip()
+
+
 def tagged(text: str) -> str | None:
     """The label :func:`tag` wrote into ``text``, or None."""
     m = _TAG.search(text)

@@ -47,7 +47,7 @@ from mnemoflow.memory.l1.dedup import JudgeItem
 from mnemoflow.memory.l1.event_time import resolve, span, tag
 from mnemoflow.memory.l1.extract import validate_drafts
 from mnemoflow.memory.l1.models import AtomDraft, DedupDecision
-from mnemoflow.memory.l1.subject import AI_SUBJECT
+from mnemoflow.memory.l1.subject import AI_SUBJECT, fold
 from mnemoflow.memory.l1.window import Window
 from mnemoflow.ports.vectors import AtomType
 
@@ -179,8 +179,7 @@ class HeuristicExtractor:
             answers = prev is not None and prev.role != "user" and ("?" in prev.content or "？" in prev.content)
             folded = answers and prev is not None and word_count(text) < SHORT_ANSWER_WORDS
             if folded and prev is not None:
-                asker = f" {prev.name}" if prev.name else ""
-                text = f"{text} (answering{asker}: {prev.content.strip()[:CONTEXT_CHARS]})"
+                text = fold(text, prev.name, prev.content.strip()[:CONTEXT_CHARS])
             skip = 1 if folded else 0  # a question folded into the text is one of the turns
             follows = "\n".join(
                 filter(None, [search_context(context[: i - skip], msg.session, CONTEXT_TURNS - skip), asks])

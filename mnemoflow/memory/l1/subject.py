@@ -6,11 +6,18 @@ the same subject and recall boosts the subject a query names. It is read back fr
 index column because the row schema is shared by the SQLite and Milvus adapters. A subject is a name only when it
 looks like one (one to four capitalised words, or a short run of Han characters), so a URL or a sentence with a
 colon in it is never one; a capitalised label such as ``Note:`` is.
+
+The same text carries what a reader needs around the speaker's words (a short answer keeps the question it answers,
+``(answering Mel: Where did you go?)``, and a resolved time ``(event: 2023-05-07)``): :func:`own_words` takes them
+off again where only the speaker's words may be used (a scene's name, a persona line), and :func:`askers` reads who
+asked, so that the other side of a conversation never becomes the user's trait.
 """
 
 from __future__ import annotations
 
 import re
+
+from mnemoflow.memory.l1.event_time import untagged
 
 AI_SUBJECT = "Assistant"
 """The subject of what the assistant told the user."""
@@ -22,3 +29,25 @@ def subject(text: str) -> str | None:
     """The name an atom's text starts with (``Caroline`` in ``Caroline: I went ...``), if it starts with one."""
     m = _SUBJECT.match(text)
     return m.group(1) if m else None
+
+
+_FOLD = " (answering"
+_ASKER = re.compile(re.escape(_FOLD) + r"(?: ([^:()]{1,60}))?: ")
+
+
+def fold(text: str, asker: str | None, question: str) -> str:
+    """``text`` with the question it answers, as a reader needs it: ``Yes, twice (answering Mel: Been there?)``."""
+    return f"{text}{_FOLD}{f' {asker}' if asker else ''}: {question})"
+
+
+def own_words(text: str) -> str:
+    """What the atom's speaker said: its text without the subject, the folded question and the event time."""
+    m = _SUBJECT.match(text)
+    words = text[m.end() :] if m else text
+    cut = words.find(_FOLD)
+    return " ".join(untagged(words[:cut] if cut != -1 else words).split())
+
+
+def askers(text: str) -> set[str]:
+    """The names of whoever asked the questions folded into ``text`` (the other side of a conversation)."""
+    return {m.group(1).strip() for m in _ASKER.finditer(text) if m.group(1)}
