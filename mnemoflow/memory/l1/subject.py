@@ -51,3 +51,8 @@ def own_words(text: str) -> str:
 def askers(text: str) -> set[str]:
     """The names of whoever asked the questions folded into ``text`` (the other side of a conversation)."""
     return {m.group(1).strip() for m in _ASKER.finditer(text) if m.group(1)}
+
+
+def is_answer(text: str) -> bool:
+    """Whether ``text`` answers a question folded into it (its words are about whoever was asked)."""
+    return _FOLD + ":" in text or _ASKER.search(text) is not None
