@@ -23,7 +23,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from mnemoflow.lexical import has_unspaced
+from mnemoflow.lexical import has_unspaced, tagged_words
 from mnemoflow.lexical import words as reader_words
 
 STOPWORDS = frozenset(
@@ -94,15 +94,55 @@ def content_words(text: str) -> list[str]:
     return [w.lower() for w in reader_words(text) if is_content(w)]
 
 
+def published_stopwords() -> frozenset[str]:
+    """The stopwords-iso lists of English and Chinese (a published list, kept as data by its package): a name may
+    hold none of them, whatever our own lists miss."""
+    global _PUBLISHED
+    if _PUBLISHED is None:
+        import stopwordsiso
+
+        _PUBLISHED = frozenset(w.lower() for w in stopwordsiso.stopwords(["en", "zh"]))
+    return _PUBLISHED
+
+
+_PUBLISHED: frozenset[str] | None = None
+_NOUN_TAGS = frozenset("n nr nrt nrfg ns nt nz nw ng vn an j eng".split())
+"""jieba's tags of words that can name something: nouns, names, places, organisations, nominal verbs and
+adjectives (工作, 健康), abbreviations."""
+_NAME_TAGS = frozenset("nr nrt nrfg ns nt".split())
+
+
+def _nameable(word: str, tag: str | None) -> bool:
+    """A content word that is no published stop word and, in Chinese, a noun of some kind."""
+    if not is_content(word) or word.lower() in published_stopwords():
+        return False
+    return tag is None or tag in _NOUN_TAGS
+
+
 def terms(text: str) -> list[Term]:
-    """Candidate names in ``text``: capitalised name runs, two-word phrases, and other content words."""
+    """Candidate names in ``text``: capitalised name runs, two-word phrases and other content words; in Chinese,
+    nouns (names and places weigh as names) and runs of adjacent nouns as one phrase (新能源汽车, 电池工程师)."""
     out: list[Term] = []
     for sentence in _SENTENCE.split(text):
-        tokens = reader_words(sentence)
+        tokens = tagged_words(sentence)
         run: list[str] = []
+        nouns: list[str] = []
         prev: str | None = None
-        for i, tok in enumerate(tokens + [""]):
-            name = i > 0 and tok[:1].isupper() and not has_unspaced(tok) and is_content(tok)
+        for i, (tok, tag) in enumerate([*tokens, ("", None)]):
+            unspaced = has_unspaced(tok)
+            if unspaced and _nameable(tok, tag):
+                weight = _NAME_WEIGHT if tag in _NAME_TAGS else 1.0
+                out.append(Term(tok, tok, weight))
+                nouns.append(tok)
+                continue
+            if unspaced and len(tok) == 1 and tag in _NOUN_TAGS and tok not in _COUNTING_ZH:
+                nouns.append(tok)  # 猫 names nothing alone, but 猫毛过敏 does
+                continue
+            phrase = "".join(nouns[-3:])
+            if len(nouns) > 1 and len(phrase) <= 8 and _nameable(phrase, None):
+                out.append(Term(phrase, phrase, _PHRASE_WEIGHT))
+            nouns = []
+            name = i > 0 and tok[:1].isupper() and not unspaced and _nameable(tok, None)
             if name:
                 run.append(tok)
                 prev = None
@@ -110,24 +150,41 @@ def terms(text: str) -> list[Term]:
             if run:
                 out.append(Term(" ".join(run).lower(), " ".join(run), _NAME_WEIGHT))
                 run = []
-            if not tok or not is_content(tok):
+            if not tok or unspaced or not _nameable(tok, None):
                 prev = None
                 continue
             low = tok.lower()
             out.append(Term(low, low, 1.0))
-            if prev is not None and not has_unspaced(tok) and not {prev[-2:], low[-2:]} & {"ed"}:
+            if prev is not None and not {prev[-2:], low[-2:]} & {"ed"}:
                 out.append(Term(f"{prev} {low}", f"{prev} {low}", _PHRASE_WEIGHT))
-            prev = None if has_unspaced(tok) or i == 0 else low  # a capitalised opener is often a name
+            prev = None if i == 0 else low  # a capitalised opener is often a name
     return out
 
 
-def salient_terms(texts: list[str], background: list[str], k: int = 3, *, distinctive: bool = True) -> list[str]:
+def _excluded(key: str, exclude: frozenset[str]) -> bool:
+    """Whether the term ``key`` is or holds one of the excluded names (case-folded), is part of a Chinese one, or
+    shortens one (Mel for Melanie)."""
+    return any(
+        name in key or (key in name and has_unspaced(key)) or (len(key) >= 3 and name.startswith(key))
+        for name in exclude
+    )
+
+
+def salient_terms(
+    texts: list[str],
+    background: list[str],
+    k: int = 3,
+    *,
+    distinctive: bool = True,
+    exclude: frozenset[str] = frozenset(),
+) -> list[str]:
     """The ``k`` terms that best name ``texts`` against ``background`` (the user's texts), as a reader sees them.
 
     Score: texts holding the term × log(1 + N / (1 + background texts holding it)) × weight (name, phrase, word).
     With ``distinctive``, a term in more than half of a background of four texts or more is left out: that is
     the user's own name or constant theme, which tells no scene from another. A word inside a chosen phrase or name,
-    or a phrase holding a chosen word, is not chosen again.
+    or a phrase holding a chosen word, is not chosen again. ``exclude``: case-folded names that never name anything
+    here (the user's own name, the other side of a conversation), nor a term holding one.
     """
     df = Counter(key for t in background for key in {term.key for term in terms(t)})
     tf: Counter[str] = Counter()
@@ -139,12 +196,16 @@ def salient_terms(texts: list[str], background: list[str], k: int = 3, *, distin
                 best[term.key] = term
     n = max(1, len(background))
     common = {key for key, count in df.items() if distinctive and n >= 4 and count > n / 2}
-    score = {key: tf[key] * math.log(1 + n / (1 + df[key])) * best[key].weight for key in tf.keys() - common}
+    score = {
+        key: tf[key] * math.log(1 + n / (1 + df[key])) * best[key].weight
+        for key in tf.keys() - common
+        if not _excluded(key, exclude)
+    }
     ranked = sorted(score, key=lambda key: (-score[key], key))
     chosen: list[Term] = []
     for key in ranked:
         parts = set(key.split())
-        if any(parts & set(c.key.split()) for c in chosen):
+        if any(parts & set(c.key.split()) or (has_unspaced(key) and (key in c.key or c.key in key)) for c in chosen):
             continue
         chosen.append(best[key])
         if len(chosen) == k:

@@ -16,6 +16,7 @@ from mnemoflow.memory.persona.generate import (
     generate_persona,
     navigation_scenes,
     strip_navigation,
+    visible_len,
 )
 from mnemoflow.memory.persona.heuristic import HeuristicPersonaEngine
 from mnemoflow.memory.persona.llm import LLMPersonaEngine
@@ -71,9 +72,8 @@ def test_heuristic_persona_is_bounded_deterministic_and_navigable(stores) -> Non
     text = persona.read()
     body = strip_navigation(text)
     assert out.status == "generated" and out.reason == "cold start"
-    assert 0 < len(body) <= MAX_PERSONA_CHARS and out.chars == len(body)
-    for layer in ("## 1. Base & facts", "## 2. Interest graph", "## 3. Interaction protocol", "## 4. Current arcs"):
-        assert layer in body
+    assert 0 < visible_len(body) <= MAX_PERSONA_CHARS and out.chars == visible_len(body)
+    assert "# User Narrative Profile" in body and "## 3. Interaction protocol" in body  # the instructions
     assert navigation_scenes(text) == ["work.md", "music.md"]  # hottest first
     assert state.last_persona_time == NOW and state.memories_since_last_persona == 0
     again = HeuristicPersonaEngine().render  # same input, same text
@@ -81,6 +81,53 @@ def test_heuristic_persona_is_bounded_deterministic_and_navigable(stores) -> Non
 
     ctx = PersonaContext(list(scenes.load().values()), [], "", "first", "r", 26, NOW)
     assert again(ctx) == again(ctx)
+
+
+def _persona_of(items: list[Item]) -> str:
+    from mnemoflow.memory.persona.generate import PersonaContext
+
+    ctx = PersonaContext([scene("life.md", 3, items)], [], "", "first", "r", len(items), NOW)
+    return HeuristicPersonaEngine().render(ctx)
+
+
+def test_heuristic_persona_sorts_the_users_own_facts_into_the_four_layers() -> None:
+    items = [
+        Item("h1", "persona", "2025-01-05", "Dana: We moved to Porto from Lyon last spring."),
+        Item("w1", "persona", "2025-01-10", "Dana: I work as a nurse at the children's hospital night shift."),
+        Item("f1", "episodic", "2025-02-01", "Dana: My daughter Ines started school in Porto."),
+        Item("p1", "episodic", "2025-02-03", "Dana: Our cat Miso knocked over the plants again."),
+        Item("l1", "persona", "2025-02-10", "Dana: I love pottery, I go to a studio class every week."),
+        Item("d1", "persona", "2025-02-11", "Dana: I can't stand cilantro."),
+        Item("n1", "episodic", "2025-02-20", "Dana: I'm planning to visit Lisbon next month. (event: 2025-03)"),
+        Item("x1", "episodic", "2025-02-21", "Dana: You must be so proud of Sam!"),
+        Item("q1", "episodic", "2025-02-22", "Dana: Yes, twice (answering Sam: Have you been to the Douro valley?)"),
+    ]
+    text = _persona_of(items)
+    base = text.split("## 1. Base & facts")[1].split("## 2.")[0]
+    assert "Home (2025-01-05): We moved to Porto from Lyon" in base and "<!-- h1 -->" in base
+    assert "Work (2025-01-10): I work as a nurse" in base and "Family" in base and "Pets" in base
+    assert "pottery" in text.split("## 2. Interest graph")[1].split("## 3.")[0]
+    assert "Avoid (2025-02-11): I can't stand cilantro." in text
+    assert "Plan (2025-02-20): I'm planning to visit Lisbon next month." in text.split("## 4. Current arcs")[1]
+    # the other speaker's words and name are never the user's: no "You must be proud", no Douro question, no Sam
+    assert "proud" not in text and "Douro" not in text and "Sam" not in text.split("\n")[1]
+    archetype = text.split("\n")[1]
+    assert archetype.startswith("> Archetype: ") and "nurse" in archetype.lower()
+    assert visible_len(text) <= MAX_PERSONA_CHARS
+
+
+def test_a_chinese_users_persona_is_written_in_chinese_and_skips_replies_about_the_friend() -> None:
+    items = [
+        Item("w1", "episodic", "2024-03-03", "王磊: 还不错！上周我刚换了工作，现在在一家新能源汽车公司做电池工程师。"),
+        Item("f1", "episodic", "2024-03-03", "王磊: 我儿子明年也要高考了，压力很大。"),
+        Item("h1", "persona", "2024-03-17", "王磊: 我对猫毛过敏，不然我也想养。"),
+        Item("o1", "episodic", "2024-03-17", "王磊: 李娜，手术会顺利的。希望阿姨早日康复。"),
+    ]
+    text = _persona_of(items)
+    assert text.startswith("# 用户画像\n> 画像：") and "## 1. 基本信息" in text
+    assert "工作 (2024-03-03)：上周我刚换了工作" in text and "还不错" not in text
+    assert "家人" in text and "健康 (2024-03-17)：我对猫毛过敏" in text
+    assert "阿姨" not in text and "李娜" not in text and "王磊" not in text
 
 
 def test_no_changed_scene_skips_and_clears_a_request(stores) -> None:  # type: ignore[no-untyped-def]
@@ -208,7 +255,7 @@ def test_a_current_arc_is_the_users_own_event_not_the_assistants_answer() -> Non
     from mnemoflow.memory.persona.generate import PersonaContext
 
     items = [
-        Item("a1", "episodic", "2025-02-01", "Alice: I walked the GR-90 trail with my brother."),
+        Item("a1", "episodic", "2025-02-01", "Alice: I walked the GR-90 trail on Sunday."),
         Item("a2", "episodic", "2025-02-20", "Assistant: The GR-90 trail crosses the park's best views."),
     ]
     ctx = PersonaContext([scene("hiking.md", 3, items)], [], "", "first", "r", 2, NOW)

@@ -99,7 +99,9 @@ def name_words(scene: SceneBlock) -> list[str]:
 
 
 def archetype(persona: str) -> str:
-    return next(line for line in persona.splitlines() if "Archetype:" in line).split(":", 1)[1].strip()
+    """The archetype line's terms (``> Archetype: a · b`` or ``> 画像：a · b``)."""
+    line = persona.splitlines()[1]
+    return line.replace("：", ":").split(":", 1)[1].strip()
 
 
 def test_filler_never_names_a_scene_or_the_archetype(tmp_path: Path) -> None:
@@ -136,7 +138,7 @@ def test_chinese_and_mixed_users_get_meaningful_valid_names(tmp_path: Path, text
         parts = name_words(scene)
         assert parts != ["scene"] and not set(parts) & STOPWORDS_ZH
         assert any(p in "".join(texts).lower() for p in parts)
-    assert archetype(persona) != "no scenes yet"
+    assert archetype(persona) not in ("nothing known yet", "暂无已知信息")
 
 
 def test_the_users_own_name_names_no_scene() -> None:

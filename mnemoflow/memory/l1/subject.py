@@ -16,7 +16,9 @@ asked, so that the other side of a conversation never becomes the user's trait.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
+from mnemoflow.lexical import tagged_words
 from mnemoflow.memory.l1.event_time import untagged
 
 AI_SUBJECT = "Assistant"
@@ -56,3 +58,36 @@ def askers(text: str) -> set[str]:
 def is_answer(text: str) -> bool:
     """Whether ``text`` answers a question folded into it (its words are about whoever was asked)."""
     return _FOLD + ":" in text or _ASKER.search(text) is not None
+
+
+_GREETINGS = r"hey|hi|hello|thanks|thank you|wow|oh|yes|yeah|sorry|congrats|aw+"
+_GREETING = re.compile(_GREETINGS, re.IGNORECASE)
+_VOCATIVE = re.compile(
+    rf"(?:^|[.!?]\s+)(?:(?:{_GREETINGS})[,!]?\s+)?"
+    r"([A-Z][a-z]{2,})(?=[,!]\s)|,\s*([A-Z][a-z]{2,})(?=[.!?]|$)",
+    re.IGNORECASE,
+)
+_VOCATIVE_ZH = re.compile(r"^([\u4e00-\u9fff]{2,3})[，,！!]")
+
+
+def addressed(text: str) -> set[str]:
+    """Names the speaker addresses ("Thanks, Mel!", "Hey Jo, guess what", "王磊，好消息"): the other side."""
+    words = own_words(text)
+    names = {m.group(1) or m.group(2) for m in _VOCATIVE.finditer(words)}
+    names = {n for n in names if n[0].isupper() and not _GREETING.fullmatch(n)}
+    zh = _VOCATIVE_ZH.match(words)
+    if zh and tagged_words(zh.group(1))[:1] == [(zh.group(1), "nr")]:
+        names.add(zh.group(1))
+    return names
+
+
+def people(texts: Iterable[str]) -> frozenset[str]:
+    """Names in atom texts that are no trait of their user: the subjects (the user's own name; not the assistant),
+    whoever asked the folded questions and whoever the user addresses (the other side of a conversation)."""
+    names: set[str] = set()
+    for text in texts:
+        who = subject(text)
+        if who and who != AI_SUBJECT:
+            names.add(who)
+        names |= askers(text) | addressed(text)
+    return frozenset(names)

@@ -51,13 +51,36 @@ def strip_navigation(text: str) -> str:
     return head[: -len("---")].rstrip() if head.endswith("---") else head
 
 
+_COMMENT = re.compile(r"[ \t]*<!--.*?-->")
+
+
+def strip_comments(text: str) -> str:
+    """``text`` without its ``<!-- atom-id -->`` links: what a prompt shows of a persona."""
+    return _COMMENT.sub("", text)
+
+
+def visible_len(text: str) -> int:
+    """Characters a reader (or a prompt) sees: the atom links in comments do not count toward the bound."""
+    return len(strip_comments(text))
+
+
 def bound(text: str, limit: int = MAX_PERSONA_CHARS) -> str:
-    """``text`` cut to ``limit`` characters at the last line break before it (code points, never bytes)."""
+    """``text`` cut to ``limit`` visible characters at the last line break before it (code points, never bytes)."""
     text = text.strip()
-    if len(text) <= limit:
+    if visible_len(text) <= limit:
         return text
-    cut = text.rfind("\n", 0, limit)
-    return text[: cut if cut > limit // 2 else limit].rstrip()
+    kept: list[str] = []
+    used = 0
+    for line in text.splitlines():
+        size = visible_len(line) + 1
+        if used + size > limit + 1:
+            break
+        kept.append(line)
+        used += size
+    if used > limit // 2:
+        return "\n".join(kept).rstrip()
+    plain = strip_comments(text)
+    return plain[:limit].rstrip()
 
 
 def _flames(heat: int) -> str:
@@ -101,6 +124,10 @@ class PersonaStore:
 
     def read_body(self) -> str:
         return strip_navigation(self.read())
+
+    def read_for_prompt(self) -> str:
+        """The body as a prompt shows it: no navigation, no atom links."""
+        return strip_comments(self.read_body()).strip()
 
     def write(self, body: str, scenes: dict[str, SceneBlock]) -> str:
         """Bound, escape, append navigation, back up the old file, replace atomically; returns the file text."""
@@ -189,7 +216,6 @@ async def generate_persona(
     )
     body = await engine.write(ctx)
     text = persona.write(body, live)
-    log.info("persona %s: %s (%s), %d chars", persona.paths.persona, ctx.mode, reason, len(strip_navigation(text)))
-    return after_generation(state, now), PersonaOutcome(
-        "generated", reason, len(strip_navigation(text)), tuple(b.filename for b in changed)
-    )
+    chars = visible_len(strip_navigation(text))
+    log.info("persona %s: %s (%s), %d chars", persona.paths.persona, ctx.mode, reason, chars)
+    return after_generation(state, now), PersonaOutcome("generated", reason, chars, tuple(b.filename for b in changed))

@@ -33,7 +33,7 @@ class FileContextSource:
         self._files = files
 
     def persona(self, tenant: str, user: str) -> str:
-        return PersonaStore(self._files, tenant, user).read_body()
+        return PersonaStore(self._files, tenant, user).read_for_prompt()
 
     def navigation(self, tenant: str, user: str) -> str:
         scenes = SceneStore(self._files, tenant, user).load()

@@ -2,12 +2,20 @@
 
 How a pass decides, in the spec's order of preference (update > merge > create):
 
-1. each new atom joins the existing scene whose centroid is nearest, if the cosine reaches ``join_threshold``;
+1. each new atom joins the existing scene whose centroid is nearest, if the cosine reaches ``join_threshold`` and
+   the scene has room for it (its body stays within ``MAX_SCENE_CHARS``): a full scene takes no more, so a broad
+   early scene cannot swallow the user's memories and drop the oldest from view (it kept 11 of the 72 atoms it
+   absorbed on LoCoMo); what it would have taken opens a scene of its own;
 2. the rest are clustered greedily (centroid, ``cluster_threshold``), biggest cluster first;
 3. a cluster of at least ``min_new`` atoms (or one unlike every scene) becomes a new scene if the policy allows a
    create; when the user is at ``max_scenes``, the two most similar existing scenes are merged first to make
    room (one merge per pass);
-4. anything left joins its nearest scene (nothing is dropped), or, for a user with no scene yet, one new scene.
+4. anything left joins its nearest scene with room, else its nearest (nothing is dropped from L1 and the scene's
+   META; the body shows the highest-priority, newest items), or, for a user with no scene yet, one new scene.
+
+Names and summaries are made from the user's own words (:func:`~mnemoflow.memory.l1.subject.own_words`: no folded
+question of the other side, no subject prefix), and never from a name of :func:`~mnemoflow.memory.l1.subject.people`
+(the user's own, or the other side of a conversation).
 
 It only proposes a :class:`ScenePlan`; :func:`apply_plan` enforces the rules as for a model. Deterministic for a
 deterministic embedder. Its quality is measured in ``bench/scenes.py``, not assumed.
@@ -18,8 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from mnemoflow.memory.l1.subject import own_words, people
 from mnemoflow.memory.salience import salient_terms
-from mnemoflow.memory.scenes.model import SceneBlock, SceneInput
+from mnemoflow.memory.scenes.model import MAX_SCENE_CHARS, SceneBlock, SceneInput
 from mnemoflow.memory.scenes.plan import SceneEdit, ScenePlan, ScenePolicy
 from mnemoflow.memory.scenes.text import Item, parse_items, render_items
 from mnemoflow.ports import Embedder
@@ -53,6 +62,10 @@ class _Group:
     @property
     def centroid(self) -> Vec:
         return _unit(self.vecs)
+
+    def has_room(self, item: Item) -> bool:
+        """Whether ``item`` still shows in the body with this group's items (none drops past the limit)."""
+        return len(render_items([*self.items, *self.new, item], limit=1 << 30)) <= MAX_SCENE_CHARS
 
 
 def summarise(items: list[Item], words: list[str]) -> str:
@@ -109,7 +122,7 @@ class HeuristicSceneEngine:
         loose: list[tuple[Item, Vec]] = []
         for item, vec in zip(new_items, new_vecs, strict=True):
             best = self._nearest(groups, vec)
-            if best is not None and _cos(best.centroid, vec) >= self.join_threshold:
+            if best is not None and _cos(best.centroid, vec) >= self.join_threshold and best.has_room(item):
                 best.new.append(item)
             else:
                 loose.append((item, vec))
@@ -128,7 +141,8 @@ class HeuristicSceneEngine:
             if any(cluster is g for g in groups):
                 continue
             for item, vec in zip(cluster.new, cluster.vecs, strict=True):
-                target = self._nearest(groups, vec)
+                roomy = [g for g in groups if g.has_room(item) and _cos(g.centroid, vec) >= self.join_threshold / 2]
+                target = self._nearest(roomy, vec) or self._nearest(groups, vec)
                 if target is None:
                     groups.append(_Group(None, [], [vec], [item]))
                 else:
@@ -167,12 +181,21 @@ class HeuristicSceneEngine:
 
     @staticmethod
     def _merge_pair(groups: list[_Group]) -> bool:
-        """Fold the most similar pair of existing scenes into one (lower-heat names lose); True if done."""
+        """Fold the most similar pair of existing scenes whose items fit in one body into one (the smallest pair
+        when none fits; lower-heat names lose); True if done."""
         existing = [g for g in groups if g.name is not None and not g.sources]
         pairs = [(a, b) for i, a in enumerate(existing) for b in existing[i + 1 :]]
         if not pairs:
             return False
-        a, b = max(pairs, key=lambda p: (_cos(p[0].centroid, p[1].centroid), p[0].name, p[1].name))
+
+        def size(pair: tuple[_Group, _Group]) -> int:
+            return len(render_items([*pair[0].items, *pair[0].new, *pair[1].items, *pair[1].new], limit=1 << 30))
+
+        fitting = [p for p in pairs if size(p) <= MAX_SCENE_CHARS]
+        if fitting:
+            a, b = max(fitting, key=lambda p: (_cos(p[0].centroid, p[1].centroid), p[0].name, p[1].name))
+        else:
+            a, b = min(pairs, key=lambda p: (size(p), p[0].name, p[1].name))
         a.sources = [a.name or "", b.name or ""]
         a.items += b.items
         a.vecs += b.vecs
@@ -181,16 +204,18 @@ class HeuristicSceneEngine:
         return True
 
     def _edits(self, groups: list[_Group], scenes: dict[str, SceneBlock], background: list[str]) -> list[SceneEdit]:
-        user_texts = background + [i.content for g in groups for i in g.items]
+        every = background + [i.content for g in groups for i in g.items]
+        user_texts = [own_words(t) for t in every]
+        exclude = frozenset(n.lower() for n in people(every))
         edits = []
         for g in groups:
             if not g.new and not g.sources:
                 continue
             items = g.items + g.new
             body = render_items(items)
-            texts = [i.content for i in items]
-            words = salient_terms(texts, user_texts, k=NAME_TERMS)
-            summary = summarise(items, salient_terms(texts, user_texts, k=SUMMARY_TERMS))
+            texts = [own_words(i.content) for i in items]
+            words = salient_terms(texts, user_texts, k=NAME_TERMS, exclude=exclude)
+            summary = summarise(items, salient_terms(texts, user_texts, k=SUMMARY_TERMS, exclude=exclude))
             ids = [i.id for i in g.new]
             if g.sources:
                 keep = max(g.sources, key=lambda n: (scenes[n].heat, n))
