@@ -15,18 +15,31 @@ not L1 extraction. Each speaker is a user; each session is one L2 run (windows o
   words, no numbers) occur in it. The persona of the chronological baseline is templated from its slices.
 * structure: scenes per user (≤ 15), heat, body size, share of absorbed atoms still quoted in a body, persona size.
 
+* naming: scene-name words and archetype words that are stop words of the published stopwords-iso lists (English
+  and Chinese, the ``stopwordsiso`` package), and names of the other speaker in them; with ``--atoms l1``, persona
+  lines of one speaker that quote the other (a run of 8 characters of Chinese or 5 words of English from the other
+  speaker's turns that the speaker never said).
+
 Baseline ``chronological``: the same number of scenes per user, atoms cut into contiguous time slices, same template.
+
+``--atoms gold`` (default) feeds LoCoMo's gold observations (L2 alone); ``--atoms l1`` feeds the atoms the heuristic
+L1 engine extracts from the raw turns, as the stack does (each speaker a user, the other's turns as context), which
+also runs on a set without observations (our Chinese dialogues, ``--data bench/data/zh-dialogues.json``): there the
+facts to cover are the speaker's own turns.
 
     python bench/scenes.py --quick            # one conversation, hashing embedder
     python bench/scenes.py --embedder minilm  # all five, MiniLM (onnx, local package)
+    python bench/scenes.py --atoms l1 --data bench/data/zh-dialogues.json
 
-Writes ``bench/results/scenes.json``. LoCoMo text is read from ../shared/eval at run time and never stored here.
+Writes ``bench/results/scenes.json`` (``scenes-l1[-<data>].json`` with ``--atoms l1``). LoCoMo text is read from
+../shared/eval at run time and never stored here.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import importlib.util
 import json
 import statistics
@@ -38,7 +51,20 @@ from pathlib import Path
 from typing import Any
 
 from mnemoflow.embedding import HashingEmbedder
-from mnemoflow.memory.persona.generate import PersonaContext, PersonaStore, generate_persona, strip_navigation
+from mnemoflow.lexical import words
+from mnemoflow.memory.curation import to_scene_input
+from mnemoflow.memory.l1.dedup import DedupConfig
+from mnemoflow.memory.l1.heuristic import HeuristicExtractor, HeuristicJudge
+from mnemoflow.memory.l1.models import L1Record
+from mnemoflow.memory.l1.pipeline import L1Pipeline
+from mnemoflow.memory.l1.records import RecordLog
+from mnemoflow.memory.persona.generate import (
+    PersonaContext,
+    PersonaStore,
+    generate_persona,
+    strip_comments,
+    strip_navigation,
+)
 from mnemoflow.memory.persona.heuristic import HeuristicPersonaEngine
 from mnemoflow.memory.persona.trigger import PersonaState, after_scene_pass
 from mnemoflow.memory.salience import content_words
@@ -55,11 +81,62 @@ COVERAGE_THRESHOLD = 0.5
 EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval"
 
 
-def load_locomo() -> list[dict[str, Any]]:
+def load_locomo(data: Path | None = None) -> list[dict[str, Any]]:
     spec = importlib.util.spec_from_file_location("locomo_loaders", EVAL / "loaders.py")
     mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod.load_locomo(str(EVAL / "locomo" / "locomo-dev.json"))
+    return mod.load_locomo(str(data or EVAL / "locomo" / "locomo-dev.json"))
+
+
+def l1_atoms(conv: dict[str, Any], root: Path, embedder: Embedder) -> dict[str, list[L1Record]]:
+    """Per speaker, the atoms the heuristic L1 engine extracts from the raw turns (as the stack runs it)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from bench.locomo_recall import TENANT, TurnClock, ingest, uid, workspace
+
+    root.mkdir(parents=True, exist_ok=True)
+    files, store, _, _ = workspace(root, embedder)
+    clock = TurnClock()
+    pipeline = L1Pipeline(
+        files=files,
+        store=store,
+        embedder=embedder,
+        extractor=HeuristicExtractor(),
+        judge=HeuristicJudge(),
+        clock=clock,
+        dedup=DedupConfig.for_model(embedder.model_id),
+    )
+    asyncio.run(
+        ingest(conv, files, pipeline, clock, {"turns": 0, "passes": 0, "llm_calls": 0, "model_calls_needed": 0})
+    )
+    return {
+        speaker: RecordLog(files, TENANT, uid(conv["sample_id"], speaker)).read()
+        for speaker in (conv["speaker_a"], conv["speaker_b"])
+    }
+
+
+def stop_words() -> frozenset[str]:
+    import stopwordsiso  # type: ignore[import-untyped]
+
+    return frozenset(w.lower() for w in stopwordsiso.stopwords(["en", "zh"]))
+
+
+def name_words(text: str) -> list[str]:
+    """The words of a scene name (``oat-milk-chemist.md``) or an archetype line, as a reader splits them."""
+    return [w.lower() for w in words(text.removesuffix(".md").replace("-", " ").replace("·", " "))]
+
+
+def quotes(lines: list[str], other: list[str], own: list[str]) -> list[str]:
+    """Lines holding a run of the other speaker's words (8 Chinese characters or 5 English words) that the speaker
+    never said themselves."""
+
+    def runs(text: str) -> set[str]:
+        toks = words(text)
+        out = {" ".join(toks[i : i + 5]).lower() for i in range(len(toks) - 4)} if len(toks) >= 5 else set()
+        han = "".join(c for c in text if "\u4e00" <= c <= "\u9fff")
+        return out | {han[i : i + 8] for i in range(len(han) - 7)}
+
+    theirs = set().union(*(runs(t) for t in other)) - set().union(*(runs(t) for t in own))
+    return [line for line in lines if runs(line) & theirs]
 
 
 def user_atoms(conv: dict[str, Any], speaker: str) -> tuple[dict[int, list[SceneInput]], dict[str, set[str]]]:
@@ -155,12 +232,34 @@ def chronological(atoms: list[SceneInput], k: int) -> list[SceneBlock]:
     return out
 
 
+def l1_sessions(
+    conv: dict[str, Any], records: list[L1Record]
+) -> tuple[dict[int, list[SceneInput]], dict[str, set[str]]]:
+    """A speaker's L1 atoms by the session of their turns (one L2 run each, as for the gold facts), and atom id ->
+    the dia_ids (``D3:7``) of its source turns."""
+    session = {t["dia_id"]: t["session"] for t in conv["turns"]}
+    by_session: dict[int, list[SceneInput]] = {}
+    dia: dict[str, set[str]] = {}
+    for record in records:
+        dia[record.id] = set(record.source_message_ids)
+        n = min(session.get(m, 0) for m in record.source_message_ids)
+        by_session.setdefault(n, []).append(to_scene_input(record))
+    return by_session, dia
+
+
 def run_user(
-    conv: dict[str, Any], speaker: str, embedder: Embedder, args: argparse.Namespace, root: Path
+    conv: dict[str, Any],
+    speaker: str,
+    embedder: Embedder,
+    args: argparse.Namespace,
+    root: Path,
+    given: list[L1Record] | None = None,
 ) -> dict[str, Any]:
-    by_session, dia = user_atoms(conv, speaker)
+    """One speaker's scenes and persona, measured; ``given``: the speaker's L1 atoms (else the gold facts)."""
+    by_session, dia = user_atoms(conv, speaker) if given is None else l1_sessions(conv, given)
     files = LocalFileStore(root)
     user = f"{conv['sample_id']}-{speaker}".replace(" ", "_")
+    user = user if user.isascii() else f"{conv['sample_id']}-{hashlib.sha256(speaker.encode()).hexdigest()[:8]}"
     store, persona = SceneStore(files, "bench", user), PersonaStore(files, "bench", user)
     engine = HeuristicSceneEngine(embedder, join_threshold=args.join, cluster_threshold=args.cluster)
     policy = ScenePolicy(max_creates=args.max_creates)
@@ -179,10 +278,21 @@ def run_user(
     all_atoms = [a for v in by_session.values() for a in v]
     owned = {a: dia[a] for a in dia}
     qs = [q for q in conv["qa"] if q["category"] in (1, 2, 3, 4) and any(owned[a] & set(q["evidence"]) for a in owned)]
-    events = [e for key, v in conv["event_summary"].items() for e in v.get(speaker, [])]
+    events = [e for v in (conv.get("event_summary") or {}).values() for e in v.get(speaker, [])]
     baseline = chronological(all_atoms, len(scenes))
-    facts = [a.content for a in all_atoms]
-    persona_text = strip_navigation(persona.read())
+    own = [t["text"] for t in conv["turns"] if t["speaker"] == speaker]
+    other = [t["text"] for t in conv["turns"] if t["speaker"] != speaker]
+    if given is None:
+        facts = [a.content for a in all_atoms]
+    else:  # end to end: the gold observations where the set has them, else what the speaker said
+        observed = [e[0] for v in (conv.get("observation") or {}).values() for e in v.get(speaker, [])]
+        facts = observed or own
+    persona_text = strip_comments(strip_navigation(persona.read()))
+    stop = stop_words()
+    other_names = {n.lower() for n in (conv["speaker_a"], conv["speaker_b"]) if n != speaker}
+    name_terms = [w for b in scenes for w in name_words(b.filename)]
+    archetype_terms = name_words(_archetype(persona_text))
+    persona_lines = [line for line in persona_text.splitlines() if line.startswith("- ")]
     base_persona = baseline_persona(baseline, len(all_atoms), max(a.ts for a in all_atoms) + timedelta(minutes=5))
     absorbed = [a for b in scenes for a in b.atom_ids]
     visible = {i.id for b in scenes for i in parse_items(b.body)}
@@ -198,6 +308,13 @@ def run_user(
         "persona_chars": len(persona_text),
         "scene_names": sorted(b.filename for b in scenes),
         "archetype": _archetype(persona_text),
+        "naming": {
+            "scene_name_stop_words": sorted({w for w in name_terms if w in stop}),
+            "archetype_stop_words": sorted({w for w in archetype_terms if w in stop}),
+            "other_speaker_in_names": sorted({w for w in name_terms + archetype_terms if w in other_names}),
+            "persona_lines": len(persona_lines),
+            "persona_lines_quoting_other": quotes(persona_lines, other, own) if given is not None else None,
+        },
         "heuristic": {
             "qa": qa_hits(scenes, qs, dia, embedder),
             "events": event_recall(scenes, events),
@@ -213,7 +330,9 @@ def run_user(
 
 
 def _archetype(persona: str) -> str:
-    return next((line.split(":", 1)[1].strip() for line in persona.splitlines() if "Archetype:" in line), "")
+    """The archetype line's terms (``> Archetype: a · b`` or ``> 画像：a · b``)."""
+    line = next((line for line in persona.splitlines() if line.startswith("> ")), "")
+    return line.replace("：", ":").split(":", 1)[-1].strip()
 
 
 def main() -> None:
@@ -223,20 +342,28 @@ def main() -> None:
     ap.add_argument("--join", type=float, default=0.45)
     ap.add_argument("--cluster", type=float, default=0.45)
     ap.add_argument("--max-creates", type=int, default=1)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "scenes.json"))
+    ap.add_argument("--atoms", choices=["gold", "l1"], default="gold", help="LoCoMo's observations, or L1's atoms")
+    ap.add_argument("--data", help="conversations in LoCoMo's format (default: the eval set's locomo-dev.json)")
+    ap.add_argument("--out", help="default bench/results/scenes.json, scenes-l1.json, scenes-l1-<data>.json")
     args = ap.parse_args()
+    data = Path(args.data) if args.data else None
+    if args.atoms == "gold" and data is not None:
+        ap.error("--data needs --atoms l1 (a set without gold observations is scored on L1's atoms)")
+    name = "scenes" + ("-l1" if args.atoms == "l1" else "") + (f"-{data.stem}" if data else "")
+    out = Path(args.out) if args.out else Path(__file__).parent / "results" / f"{name}.json"
     if args.embedder == "minilm":
         from mnemoflow.embedding import MiniLMEmbedder
 
         embedder: Embedder = MiniLMEmbedder(threads=1)
     else:
         embedder = HashingEmbedder()
-    convs = load_locomo()[: 1 if args.quick else None]
+    convs = load_locomo(data)[: 1 if args.quick else None]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for conv in convs:
+        for k, conv in enumerate(convs):
+            extracted = l1_atoms(conv, Path(tmp) / f"l1-{k}", embedder) if args.atoms == "l1" else {}
             for speaker in (conv["speaker_a"], conv["speaker_b"]):
-                rows.append(run_user(conv, speaker, embedder, args, Path(tmp)))
+                rows.append(run_user(conv, speaker, embedder, args, Path(tmp), extracted.get(speaker)))
                 r = rows[-1]
                 print(
                     f"{r['user']:<24} scenes {r['scenes']:>2}  hit@1 {r['heuristic']['qa']['hit@1']:.3f}"
@@ -267,6 +394,8 @@ def main() -> None:
         "bench": "scenes",
         "engine": "heuristic",
         "embedder": embedder.model_id,
+        "atoms": args.atoms,
+        "data": str(data) if data else "locomo-dev",
         "conversations": len(convs),
         "users": len(rows),
         "params": {"join": args.join, "cluster": args.cluster, "max_creates": args.max_creates},
@@ -290,10 +419,24 @@ def main() -> None:
         "qa_categories": "1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop (loaders.py mapping)",
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1))
+    naming = {
+        "scene_name_stop_words": sum(len(r["naming"]["scene_name_stop_words"]) for r in rows),
+        "archetype_stop_words": sum(len(r["naming"]["archetype_stop_words"]) for r in rows),
+        "other_speaker_in_names": sum(len(r["naming"]["other_speaker_in_names"]) for r in rows),
+        "persona_lines": sum(r["naming"]["persona_lines"] for r in rows),
+        "persona_lines_quoting_other": (
+            sum(len(r["naming"]["persona_lines_quoting_other"]) for r in rows) if args.atoms == "l1" else None
+        ),
+    }
+    result["naming"] = naming
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
     examples = {r["user"]: {"scenes": r["scene_names"], "archetype": r["archetype"]} for r in rows[:2]}
-    print(json.dumps({"summary": summary, "structure": result["structure"], "examples": examples}, indent=1))
+    print(
+        json.dumps(
+            {"summary": summary, "structure": result["structure"], "naming": naming, "examples": examples}, indent=1
+        )
+    )
 
 
 if __name__ == "__main__":

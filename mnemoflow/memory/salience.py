@@ -135,9 +135,6 @@ def terms(text: str) -> list[Term]:
                 out.append(Term(tok, tok, weight))
                 nouns.append(tok)
                 continue
-            if unspaced and len(tok) == 1 and tag in _NOUN_TAGS and tok not in _COUNTING_ZH:
-                nouns.append(tok)  # 猫 names nothing alone, but 猫毛过敏 does
-                continue
             phrase = "".join(nouns[-3:])
             if len(nouns) > 1 and len(phrase) <= 8 and _nameable(phrase, None):
                 out.append(Term(phrase, phrase, _PHRASE_WEIGHT))
