@@ -167,6 +167,21 @@ async def ingest(
         await run(user, d)
 
 
+def heuristic_pipeline(
+    files: LocalFileStore, store: SqliteVectorStore, embedder: Embedder, clock: TurnClock, **options: Any
+) -> L1Pipeline:
+    """The L1 pipeline of the heuristic engine, as the benchmarks run it; ``options``: ``dedup``, ``settings``."""
+    return L1Pipeline(
+        files=files,
+        store=store,
+        embedder=embedder,
+        extractor=HeuristicExtractor(),
+        judge=HeuristicJudge(),
+        clock=clock,
+        **options,
+    )
+
+
 def workspace(
     work: Path, embedder: Embedder
 ) -> tuple[LocalFileStore, SqliteVectorStore, SqliteVectorStore, SqliteVectorStore]:
@@ -423,13 +438,11 @@ def main() -> None:
         work = Path(tmp)
         files, store, raw, own = workspace(work, embedder)
         clock = TurnClock()
-        pipeline = L1Pipeline(
-            files=files,
-            store=store,
-            embedder=embedder,
-            extractor=HeuristicExtractor(),
-            judge=HeuristicJudge(),
-            clock=clock,
+        pipeline = heuristic_pipeline(
+            files,
+            store,
+            embedder,
+            clock,
             dedup=DedupConfig.for_model(embedder.model_id).model_copy(
                 update={} if args.store_below is None else {"store_below": args.store_below}
             ),

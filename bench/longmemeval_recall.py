@@ -57,12 +57,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.locomo_recall import TurnClock, within, workspace  # noqa: E402
+from bench.locomo_recall import TurnClock, heuristic_pipeline, within, workspace  # noqa: E402
 from mnemoflow.config import Settings  # noqa: E402
 from mnemoflow.embedding.factory import build_embedder  # noqa: E402
 from mnemoflow.events import TurnEvent  # noqa: E402
 from mnemoflow.memory.l0 import L0Writer  # noqa: E402
-from mnemoflow.memory.l1.heuristic import HeuristicExtractor, HeuristicJudge  # noqa: E402
 from mnemoflow.memory.l1.pipeline import L1Pipeline  # noqa: E402
 from mnemoflow.memory.l1.triggers import L1Triggers, TriggerState  # noqa: E402
 from mnemoflow.memory.recall.config import RECIPES  # noqa: E402
@@ -324,14 +323,7 @@ def measure_one(item: dict[str, Any], work: Path, embedder: Embedder, code: str)
     started = time.perf_counter()
     files, store, raw, own = workspace(work, embedder)
     clock = TurnClock()
-    pipeline = L1Pipeline(
-        files=files,
-        store=store,
-        embedder=embedder,
-        extractor=HeuristicExtractor(),
-        judge=HeuristicJudge(),
-        clock=clock,
-    )
+    pipeline = heuristic_pipeline(files, store, embedder, clock)
     recaller = Recaller(store=store, embedder=embedder, files=files)
     user, turns = safe(f"q-{item['question_id']}"), turns_of(item)
     passes = asyncio.run(ingest(user, turns, files, pipeline, clock))

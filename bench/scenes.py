@@ -54,9 +54,7 @@ from mnemoflow.embedding import HashingEmbedder
 from mnemoflow.lexical import words
 from mnemoflow.memory.curation import to_scene_input
 from mnemoflow.memory.l1.dedup import DedupConfig
-from mnemoflow.memory.l1.heuristic import HeuristicExtractor, HeuristicJudge
 from mnemoflow.memory.l1.models import L1Record
-from mnemoflow.memory.l1.pipeline import L1Pipeline
 from mnemoflow.memory.l1.records import RecordLog
 from mnemoflow.memory.persona.generate import (
     PersonaContext,
@@ -91,20 +89,12 @@ def load_locomo(data: Path | None = None) -> list[dict[str, Any]]:
 def l1_atoms(conv: dict[str, Any], root: Path, embedder: Embedder) -> dict[str, list[L1Record]]:
     """Per speaker, the atoms the heuristic L1 engine extracts from the raw turns (as the stack runs it)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from bench.locomo_recall import TENANT, TurnClock, ingest, uid, workspace
+    from bench.locomo_recall import TENANT, TurnClock, heuristic_pipeline, ingest, uid, workspace
 
     root.mkdir(parents=True, exist_ok=True)
     files, store, _, _ = workspace(root, embedder)
     clock = TurnClock()
-    pipeline = L1Pipeline(
-        files=files,
-        store=store,
-        embedder=embedder,
-        extractor=HeuristicExtractor(),
-        judge=HeuristicJudge(),
-        clock=clock,
-        dedup=DedupConfig.for_model(embedder.model_id),
-    )
+    pipeline = heuristic_pipeline(files, store, embedder, clock, dedup=DedupConfig.for_model(embedder.model_id))
     asyncio.run(
         ingest(conv, files, pipeline, clock, {"turns": 0, "passes": 0, "llm_calls": 0, "model_calls_needed": 0})
     )
