@@ -141,7 +141,7 @@ async def ingest(
                 await run(user, d)
         session = turn["session"]
         clock.t = turn_time(turn)
-        text = turn["text"] + (f" [shares a photo: {turn['blip_caption']}]" if turn.get("blip_caption") else "")
+        text = turn_content(turn)
         for speaker, user in users.items():
             role = "user" if speaker == turn["speaker"] else "assistant"
             writer.write(
@@ -195,11 +195,14 @@ def workspace(
     return files, store, raw, own
 
 
+def turn_content(turn: dict[str, Any]) -> str:
+    """A turn's text as L0 holds it, with the photo caption LoCoMo gives."""
+    return turn["text"] + (f" [shares a photo: {turn['blip_caption']}]" if turn.get("blip_caption") else "")
+
+
 def raw_text(turn: dict[str, Any]) -> str:
-    """A raw turn as the baselines index it: named like an atom, with the photo caption LoCoMo gives."""
-    return f"{turn['speaker']}: {turn['text']}" + (
-        f" [shares a photo: {turn['blip_caption']}]" if turn.get("blip_caption") else ""
-    )
+    """A raw turn as the baselines index it: named like an atom."""
+    return f"{turn['speaker']}: {turn_content(turn)}"
 
 
 def raw_rows(conv: dict[str, Any], embedder: Embedder) -> tuple[list[AtomRow], list[AtomRow]]:
@@ -246,6 +249,28 @@ def duplicate_rate(files: LocalFileStore, store: SqliteVectorStore, users: list[
             if any(rows[j].type == r.type and (sims[i, j] >= near or rows[j].text == r.text) for j in range(i)):
                 dup += 1
     return (dup / total if total else 0.0), total
+
+
+def evidence_without_atom(convs: list[dict[str, Any]], files: LocalFileStore) -> dict[str, Any]:
+    """Evidence turns (categories 1-4) that no live atom of their speaker's memory cites, after dedup: what recall
+    over atoms cannot find at any k (``bench/evidence_atoms.py`` counts the same before dedup)."""
+    evidence, missed = 0, []
+    for conv in convs:
+        speaker = {t["dia_id"]: t["speaker"] for t in conv["turns"]}
+        wanted = {e for q in conv["qa"] if q["category"] in (1, 2, 3, 4) for e in q["evidence"] if e in speaker}
+        for name in (conv["speaker_a"], conv["speaker_b"]):
+            cited = {
+                m for r in RecordLog(files, TENANT, uid(conv["sample_id"], name)).read() for m in r.source_message_ids
+            }
+            mine = sorted(e for e in wanted if speaker[e] == name)
+            evidence += len(mine)
+            missed += [f"{conv['sample_id']}:{e}" for e in mine if e not in cited]
+    return {
+        "evidence_turns": evidence,
+        "no_atom": len(missed),
+        "share": round(len(missed) / max(evidence, 1), 4),
+        "missed": missed,
+    }
 
 
 def within(items: list[tuple[str, list[str]]], budget: int) -> list[tuple[str, list[str]]]:
@@ -461,6 +486,7 @@ def main() -> None:
         # 0.95 is taken as 0.985 for e5 (an extrapolation past the measured quantiles, stated as such).
         near = 0.985 if embedder.model_id.startswith("multilingual-e5") else 0.95
         dup, atoms = duplicate_rate(files, store, users, near)
+        uncited = evidence_without_atom(convs, files)
         lat = None if args.no_latency else latency(args.latency_atoms, args.latency_users, args.latency_queries, work)
     stats = pipeline.deduper.stats
     extraction_windows = counters["model_calls_needed"] - stats.model_judge_passes
@@ -508,6 +534,7 @@ def main() -> None:
                 "actions": stats.actions,
             },
             "duplicate_rate": round(dup, 4),
+            "evidence_turns_without_atom": uncited,
             "duplicate_cosine": near,
             "ingest_and_extract_s": round(ingest_s, 1),
             "data": str(data.name),
@@ -548,6 +575,10 @@ def main() -> None:
         f"{result['model_calls_per_100_turns_if_model_engine']}: {b['extraction_windows']} extraction calls + "
         f"{b['judge_passes_still_needed']} judge calls; {b['per_100_turns_if_model_left_every_open_atom_undecided']}"
         f" if the model decided nothing); duplicate rate {result['duplicate_rate']}"
+    )
+    print(
+        f"evidence turns no live atom cites: {uncited['no_atom']} / {uncited['evidence_turns']} "
+        f"({uncited['share']:.1%})"
     )
 
 

@@ -126,25 +126,26 @@ async def ingest(
             state, d = triggers.on_session_end(state, clock.now())
             await run(d)
         session, clock.t = turn["session"], turn["ts"]
-        writer.write(
-            [
-                TurnEvent(
-                    tenant=TENANT,
-                    message_id=turn["id"],
-                    user=user,
-                    session=safe(turn["session"]),
-                    role=turn["role"],
-                    content=turn["text"] or "(empty)",
-                    ts=turn["ts"],
-                )
-            ]
-        )
+        writer.write([turn_event(TENANT, user, turn)])
         if turn["role"] == "user":
             state, d = triggers.on_turn(state, clock.now())
             await run(d)
     state, d = triggers.on_session_end(state, clock.now())
     await run(d)
     return passes
+
+
+def turn_event(tenant: str, user: str, turn: dict[str, Any]) -> TurnEvent:
+    """One haystack turn of :func:`turns_of` as the event the stack would receive (an empty turn still counts)."""
+    return TurnEvent(
+        tenant=tenant,
+        message_id=turn["id"],
+        user=user,
+        session=safe(turn["session"]),
+        role=turn["role"],
+        content=turn["text"] or "(empty)",
+        ts=turn["ts"],
+    )
 
 
 def raw_rows(user: str, turns: list[dict[str, Any]], embedder: Embedder) -> list[AtomRow]:
@@ -234,7 +235,6 @@ NOT_LOADED = (
     "memory/persona/facts.py",
     "memory/persona/heuristic.py",
     "memory/persona/llm.py",
-    "memory/salience.py",
     "memory/scenes/forget.py",
     "memory/scenes/heuristic.py",
     "memory/scenes/llm.py",

@@ -56,11 +56,11 @@ from mnemoflow.memory.curation import to_scene_input
 from mnemoflow.memory.l1.dedup import DedupConfig
 from mnemoflow.memory.l1.models import L1Record
 from mnemoflow.memory.l1.records import RecordLog
+from mnemoflow.memory.links import strip_comments
 from mnemoflow.memory.persona.generate import (
     PersonaContext,
     PersonaStore,
     generate_persona,
-    strip_comments,
     strip_navigation,
 )
 from mnemoflow.memory.persona.heuristic import HeuristicPersonaEngine

@@ -130,3 +130,39 @@ def test_a_run_refuses_to_resume_from_records_of_other_code(tmp_path: Path) -> N
     records.write_text(json.dumps({"question_id": "q1", "embedder": embedder.model_id, "code": "0" * 16}) + "\n")
     with pytest.raises(SystemExit, match="move it away"):
         measure([MADE_UP_QUESTION], records, embedder)
+
+
+def test_an_evidence_turn_that_yields_no_atom_is_counted_in_its_speakers_memory(tmp_path: Path) -> None:
+    from bench.evidence_atoms import locomo
+    from mnemoflow.storage import LocalFileStore
+
+    said = [
+        ("Ana", "Did you ever adopt that dog you talked about?"),
+        ("Jon", "Yes!"),  # the answer is the evidence, and it says nothing an atom could hold
+        ("Ana", "What's his name?"),
+        ("Jon", "We named him Biscuit, after my grandmother's dog."),
+    ]
+    turns = [
+        {
+            "dia_id": f"D1:{i}",
+            "speaker": who,
+            "text": text,
+            "timestamp": "2023-05-01T10:00:00",
+            "turn_index": i,
+            "session": 1,
+        }
+        for i, (who, text) in enumerate(said)
+    ]
+    conv = {
+        "sample_id": "c1",
+        "speaker_a": "Ana",
+        "speaker_b": "Jon",
+        "turns": turns,
+        "qa": [
+            {"category": 1, "evidence": ["D1:1", "D1:3"]},
+            {"category": 5, "evidence": ["D1:0"]},  # adversarial: not counted
+        ],
+    }
+    out = locomo([conv], LocalFileStore(tmp_path))
+    assert (out["evidence_turns"], out["missed"]) == (2, ["c1:D1:1"])
+    assert out["share_without_atom"] == 0.5

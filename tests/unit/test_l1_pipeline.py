@@ -359,3 +359,37 @@ def test_a_request_that_says_something_about_the_user_is_an_atom_and_a_statement
     assert records["m2"].content == "I prefer winding down by 9:30 pm."
     assert records["m2"].context.endswith("What else can I do for the later part of the day?")
     assert records["m8"].content == "我家的猫掉毛很厉害，怎么办？"
+
+
+@pytest.mark.parametrize(
+    ("text", "answers", "kept"),
+    [
+        ("I like cats.", False, True),  # speaks of its speaker and names something
+        ("I'm vegan.", False, True),
+        ("我喜欢猫。", False, True),
+        ("我家狗叫豆豆", False, True),
+        ("下周去成都", False, True),  # Chinese drops the subject; the date makes it a plan
+        ("Mostly spicy food.", True, True),  # an answer: its question is folded in
+        ("喜欢辣的", True, True),
+        ("Mostly spicy food.", False, False),  # the same words, answering nothing, say nothing of the speaker
+        ("Yes!", True, False),
+        ("好的", True, False),
+        ("Sounds good", True, False),
+        ("真不错", True, False),  # an idiom, not a noun
+        ("Wow, that's so cool to hear", False, False),
+        ("Good luck with the interview tomorrow!", False, False),  # a wish is about the other person
+        ("太棒了，祝你玩得开心！", False, False),
+    ],
+)
+def test_short_statements_are_kept_when_they_say_something_of_their_speaker(text, answers, kept) -> None:
+    from mnemoflow.memory.l1.heuristic import statement
+
+    assert bool(statement(text, answers=answers, said_at=T0)) is kept
+
+
+def test_a_greeting_sentence_drops_and_the_fact_after_it_stays() -> None:
+    from mnemoflow.memory.l1.heuristic import statement
+
+    assert statement("Thanks! I'm allergic to nuts.") == "I'm allergic to nuts."
+    assert statement("Wow, I ran my first marathon") == "Wow, I ran my first marathon"
+    assert statement("谢谢！我对花生过敏。") == "我对花生过敏。"

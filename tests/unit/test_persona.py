@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from mnemoflow.errors import StructuredOutputError
+from mnemoflow.memory.links import visible_len
 from mnemoflow.memory.persona.generate import (
     MAX_PERSONA_CHARS,
     PersonaStore,
@@ -16,7 +17,6 @@ from mnemoflow.memory.persona.generate import (
     generate_persona,
     navigation_scenes,
     strip_navigation,
-    visible_len,
 )
 from mnemoflow.memory.persona.heuristic import HeuristicPersonaEngine
 from mnemoflow.memory.persona.llm import LLMPersonaEngine

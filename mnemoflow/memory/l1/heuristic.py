@@ -3,12 +3,17 @@
 Why it exists: mnemoflow must work with no model configured, and tests need a stage that is reproducible.
 What it does, plainly: every substantive user statement becomes one atom (questions, greetings and very short
 acknowledgements are dropped); a short answer carries the question it answers as context; the type comes from
-keyword patterns. A message of questions only becomes an atom, whole, when the user speaks of themselves in it
-("... keep my living room dust-free with a cat that sheds a lot?"): on LongMemEval's preference questions that
-request is the evidence, and nothing else said it. The questions of a message that also states something are
-searched with its atom (its context): "What else can I do in the evening? I prefer winding down by 9:30." is
-found by a question about the evening. Dedup decisions compare word sets. Its quality is measured in
-``bench/locomo_recall.py``.
+keyword patterns. "Short" is fewer than ``MIN_WORDS`` words, but a short statement that names something and is
+tied to its speaker stays (:func:`says_in_few_words`: "I'm vegan.", 我家狗叫豆豆, 下周去成都, an answer such as
+"Mostly spicy food."): a fact stated in passing is an atom with its own words as its key (issue 29: held-out
+Chinese dialogues lost pets, plans and preferences to the word count). A greeting or wish sentence is dropped on
+its own, so the fact beside it stays ("Thanks! I'm allergic to nuts.").
+
+A message of questions only becomes an atom, whole, when the user speaks of themselves in it ("... keep my living
+room dust-free with a cat that sheds a lot?"): on LongMemEval's preference questions that request is the evidence,
+and nothing else said it. The questions of a message that also states something are searched with its atom (its
+context): "What else can I do in the evening? I prefer winding down by 9:30." is found by a question about the
+evening. Dedup decisions compare word sets. Its quality is measured in ``bench/locomo_recall.py``.
 
 Chinese and English, and a mix of both in one message: sentences end at ``.!?`` followed by a space or at
 ``。！？；`` (Chinese puts no space after them); questions end in ``?``/``？`` or, unpunctuated, in 吗/呢;
@@ -40,8 +45,9 @@ dense recall@10 over raw turns from 0.378 to 0.565, issue 14). Time: a relative 
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
-from mnemoflow.lexical import terms, word_count
+from mnemoflow.lexical import has_unspaced, tagged_words, terms, word_count
 from mnemoflow.memory.l0 import L0Message
 from mnemoflow.memory.l1.dedup import JudgeItem
 from mnemoflow.memory.l1.event_time import resolve, span, tag
@@ -49,17 +55,20 @@ from mnemoflow.memory.l1.extract import validate_drafts
 from mnemoflow.memory.l1.models import AtomDraft, DedupDecision
 from mnemoflow.memory.l1.subject import AI_SUBJECT, fold
 from mnemoflow.memory.l1.window import Window
+from mnemoflow.memory.salience import content_words
 from mnemoflow.ports.vectors import AtomType
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])\s*")
 _QUESTION_END = re.compile(r"([?？]|[吗呢][\s。.…~～]*)$")
 _GREETING = re.compile(
-    r"^(hi|hey|hello|thanks|thank you|bye|good (morning|night|evening)|ok(ay)?|cool|great|wow|lol)\b", re.IGNORECASE
+    r"^(hi|hey|hello|thanks|thank you|bye|good (morning|night|evening|luck)|ok(ay)?|cool|great|wow|lol|"
+    r"take care|see you|happy \w*day|congrat\w*|cheers|(you|me) too|same here)\b",
+    re.IGNORECASE,
 )
 # No \b in the Chinese patterns: between two Han characters there is no word boundary.
 _GREETING_ZH = re.compile(
     r"^(你好|您好|嗨|哈喽|谢谢|多谢|感谢|再见|拜拜|早上好|早安|晚上好|晚安|好的|好吧|嗯+|哈哈+|"
-    r"没问题|收到|太好了|真棒|厉害)"
+    r"没问题|收到|太好了|太棒了|真棒|好棒|厉害|加油|恭喜|祝你|一路顺风|生日快乐|保重|回头见|改天见)"
 )
 _INSTRUCTION = re.compile(
     r"\b(from now on|always (reply|answer|respond|use|write)|never (reply|answer|use|call|say)|"
@@ -95,8 +104,13 @@ _REQUEST = re.compile(
 # The user speaking of themselves; "me" is left out, as every request says it ("tell me", "give me").
 _SELF = re.compile(r"\b(i|i'm|i've|i'd|i'll|my|mine|myself|we|we're|we've|our|ours)\b", re.IGNORECASE)
 _SELF_ZH = re.compile(r"(?<![诉给帮让教醒问])我")  # not the "me" of 告诉我, 给我, 帮我, 提醒我
+_NOUN_TAGS_ZH = frozenset("n ns nt nz nw ng vn t".split())
+"""jieba's tags of Chinese words that name a thing, a place or a time (names, ``nr``, are left out: jieba tags
+exclamations such as 太棒了 as names)."""
 ASSISTANT_PRIORITY = 50
 MIN_WORDS = 4
+PHATIC_WORDS = 8
+"""A greeting opener followed by fewer words than this, none of them about the speaker, is only phatic."""
 SHORT_ANSWER_WORDS = 12
 CONTEXT_CHARS = 200
 CONTEXT_TURNS = 2
@@ -112,14 +126,57 @@ def classify(text: str) -> tuple[AtomType, int]:
     return "episodic", 60
 
 
-def statement(text: str) -> str:
-    """The non-question sentences of a message; empty when it is only questions or a greeting."""
-    kept = [s.strip() for s in _SENTENCE.split(text.strip()) if s.strip() and not _QUESTION_END.search(s.strip())]
+def statement(text: str, *, answers: bool = False, said_at: datetime | None = None) -> str:
+    """The non-question sentences of a message; empty when it is only questions or a greeting, or short and
+    says nothing of its speaker (:func:`says_in_few_words`)."""
+    kept = [
+        s.strip()
+        for s in _SENTENCE.split(text.strip())
+        if s.strip() and not _QUESTION_END.search(s.strip()) and not _phatic(s.strip(), answers, said_at)
+    ]
     out = " ".join(kept).strip()
-    words = word_count(out)
-    if words < MIN_WORDS or ((_GREETING.match(out) or _GREETING_ZH.match(out)) and words < 8):
+    if word_count(out) < MIN_WORDS and not says_in_few_words(out, answers=answers, said_at=said_at):
         return ""
     return out
+
+
+def _phatic(sentence: str, answers: bool, said_at: datetime | None) -> bool:
+    """A greeting, thanks or wish that says nothing of its speaker ("Thanks!", "Wow, that's so cool to hear",
+    "Good luck with the interview tomorrow!", "谢谢你，太好了"); a statement after the opener still counts
+    ("Thanks! I'm allergic to nuts." splits into two sentences; "Wow, I ran my first marathon" speaks of its
+    speaker), as does a long one."""
+    opener = _GREETING.match(sentence) or _GREETING_ZH.match(sentence)
+    if not opener:
+        return False
+    rest = sentence[opener.end() :].lstrip(" ,，!！~～、.。…")
+    return word_count(rest) < PHATIC_WORDS and not (_names_something(rest) and _speaks_of_self(rest))
+
+
+def _names_something(text: str) -> bool:
+    """A content word in English, a noun, place or time in Chinese (猫, 辣, 成都; not 真不错, which jieba calls an
+    idiom), or a persona or instruction cue."""
+    if classify(text)[0] != "episodic":
+        return True
+    if any(not has_unspaced(w) for w in content_words(text)):
+        return True
+    return any(tag in _NOUN_TAGS_ZH for w, tag in tagged_words(text) if has_unspaced(w))
+
+
+def _speaks_of_self(text: str) -> bool:
+    return bool(_SELF.search(text) or _SELF_ZH.search(text))
+
+
+def says_in_few_words(text: str, *, answers: bool, said_at: datetime | None) -> bool:
+    """A statement under ``MIN_WORDS`` words that is still a fact about its speaker: it names something
+    (:func:`_names_something`) and is tied to the speaker — it answers a question put to them ("Mostly spicy
+    food.", "喜欢辣的"), speaks of them ("I'm vegan.", "我家狗叫豆豆"), or dates a plan (下周去成都: Chinese drops
+    the subject). "Sounds good!", "真不错", "Yes!" name nothing and stay out; a short answer is stored with its
+    question folded in, where it reads."""
+    if not _names_something(text):
+        return False
+    if answers or _speaks_of_self(text):
+        return True
+    return said_at is not None and resolve(text, said_at) is not None
 
 
 def questions(text: str) -> str:
@@ -168,15 +225,15 @@ class HeuristicExtractor:
                 continue
             if msg.role != "user":
                 continue
-            text = statement(msg.content)
+            prev = context[i - 1] if i > 0 else None
+            answers = prev is not None and prev.role != "user" and ("?" in prev.content or "？" in prev.content)
+            text = statement(msg.content, answers=answers, said_at=msg.ts)
             asks = questions(msg.content)
             if not text and (text := about_the_user(msg.content)):
                 asks = ""  # the request is the atom's text, not its context
             if not text:
                 continue
             when = resolve(text, msg.ts)
-            prev = context[i - 1] if i > 0 else None
-            answers = prev is not None and prev.role != "user" and ("?" in prev.content or "？" in prev.content)
             folded = answers and prev is not None and word_count(text) < SHORT_ANSWER_WORDS
             if folded and prev is not None:
                 text = fold(text, prev.name, prev.content.strip()[:CONTEXT_CHARS])

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, Protocol
 
+from mnemoflow.memory.links import strip_comments, visible_len
 from mnemoflow.memory.persona.trigger import (
     PersonaState,
     after_generation,
@@ -49,19 +50,6 @@ def strip_navigation(text: str) -> str:
         return text.strip()
     head = text[:cut].rstrip()
     return head[: -len("---")].rstrip() if head.endswith("---") else head
-
-
-_COMMENT = re.compile(r"[ \t]*<!--.*?-->")
-
-
-def strip_comments(text: str) -> str:
-    """``text`` without its ``<!-- atom-id -->`` links: what a prompt shows of a persona."""
-    return _COMMENT.sub("", text)
-
-
-def visible_len(text: str) -> int:
-    """Characters a reader (or a prompt) sees: the atom links in comments do not count toward the bound."""
-    return len(strip_comments(text))
 
 
 def bound(text: str, limit: int = MAX_PERSONA_CHARS) -> str:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from mnemoflow.memory.l1.subject import AI_SUBJECT, is_answer, own_words, people, subject
+from mnemoflow.memory.links import visible_len
 from mnemoflow.memory.persona.facts import (
     Domain,
     cue_at,
@@ -36,7 +37,7 @@ from mnemoflow.memory.persona.facts import (
     sentences,
     to_other,
 )
-from mnemoflow.memory.persona.generate import MAX_PERSONA_CHARS, PersonaContext, visible_len
+from mnemoflow.memory.persona.generate import MAX_PERSONA_CHARS, PersonaContext
 from mnemoflow.memory.salience import terms
 from mnemoflow.memory.scenes.model import SceneBlock
 from mnemoflow.memory.scenes.text import parse_items

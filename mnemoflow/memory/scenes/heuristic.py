@@ -3,9 +3,9 @@
 How a pass decides, in the spec's order of preference (update > merge > create):
 
 1. each new atom joins the existing scene whose centroid is nearest, if the cosine reaches ``join_threshold`` and
-   the scene has room for it (its body stays within ``MAX_SCENE_CHARS``): a full scene takes no more, so a broad
-   early scene cannot swallow the user's memories and drop the oldest from view (it kept 11 of the 72 atoms it
-   absorbed on LoCoMo); what it would have taken opens a scene of its own;
+   the scene has room for it (its body shows at most ``MAX_SCENE_CHARS``, links not counted): a full scene takes no
+   more, so a broad early scene cannot swallow the user's memories and drop the oldest from view (it kept 11 of the
+   72 atoms it absorbed on LoCoMo); what it would have taken opens a scene of its own;
 2. the rest are clustered greedily (centroid, ``cluster_threshold``), biggest cluster first;
 3. a cluster of at least ``min_new`` atoms (or one unlike every scene) becomes a new scene if the policy allows a
    create; when the user is at ``max_scenes``, the two most similar existing scenes are merged first to make
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from mnemoflow.memory.l1.subject import own_words, people
+from mnemoflow.memory.links import visible_len
 from mnemoflow.memory.salience import salient_terms
 from mnemoflow.memory.scenes.model import MAX_SCENE_CHARS, SceneBlock, SceneInput
 from mnemoflow.memory.scenes.plan import SceneEdit, ScenePlan, ScenePolicy
@@ -65,7 +66,7 @@ class _Group:
 
     def has_room(self, item: Item) -> bool:
         """Whether ``item`` still shows in the body with this group's items (none drops past the limit)."""
-        return len(render_items([*self.items, *self.new, item], limit=1 << 30)) <= MAX_SCENE_CHARS
+        return visible_len(render_items([*self.items, *self.new, item], limit=1 << 30)) <= MAX_SCENE_CHARS
 
 
 def summarise(items: list[Item], words: list[str]) -> str:
@@ -189,7 +190,8 @@ class HeuristicSceneEngine:
             return False
 
         def size(pair: tuple[_Group, _Group]) -> int:
-            return len(render_items([*pair[0].items, *pair[0].new, *pair[1].items, *pair[1].new], limit=1 << 30))
+            items = [*pair[0].items, *pair[0].new, *pair[1].items, *pair[1].new]
+            return visible_len(render_items(items, limit=1 << 30))
 
         fitting = [p for p in pairs if size(p) <= MAX_SCENE_CHARS]
         if fitting:
@@ -225,7 +227,9 @@ class HeuristicSceneEngine:
                     )
                 )
             elif g.name is None:
-                name = "-".join(_short(words)) or "scene"
+                # A group whose words are all common ("Lots has been going on since then!") has no topic to name
+                # it by; its first day says more than a placeholder.
+                name = "-".join(_short(words)) or f"notes-{items[0].day}"
                 edits.append(SceneEdit(action="create", filename=name, summary=summary, body=body, atom_ids=ids))
             else:
                 edits.append(SceneEdit(action="update", filename=g.name, summary=summary, body=body, atom_ids=ids))

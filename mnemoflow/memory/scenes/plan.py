@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from mnemoflow.errors import InvalidInput
+from mnemoflow.memory.links import visible_len
 from mnemoflow.memory.scenes.model import (
     DELETED_MARKER,
     MAX_SCENE_CHARS,
@@ -40,8 +41,15 @@ class SceneEdit(BaseModel):
     filename: str = Field(min_length=1, max_length=100)
     sources: list[str] = Field(default_factory=list, max_length=4)
     summary: str = Field("", max_length=400)
-    body: str = Field("", max_length=MAX_SCENE_CHARS)
+    body: str = Field("", max_length=4 * MAX_SCENE_CHARS)  # links included; what a reader sees is checked below
     atom_ids: list[str] = Field(default_factory=list, max_length=40)
+
+    @field_validator("body")
+    @classmethod
+    def _readable_size(cls, body: str) -> str:
+        if visible_len(body) > MAX_SCENE_CHARS:
+            raise ValueError(f"body shows {visible_len(body)} characters; at most {MAX_SCENE_CHARS}")
+        return body
 
 
 class ScenePlan(BaseModel):

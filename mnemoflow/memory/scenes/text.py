@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from mnemoflow.memory.links import visible_len
 from mnemoflow.memory.scenes.model import MAX_SCENE_CHARS
 
 SECTIONS = (("persona", "## core traits"), ("instruction", "## preferences"), ("episodic", "## core narrative"))
@@ -49,7 +50,8 @@ def _line(item: Item) -> str:
 
 
 def render_items(items: list[Item], limit: int = MAX_SCENE_CHARS) -> str:
-    """Sections of items, chronological inside each; the lowest-priority, oldest items drop out past ``limit``.
+    """Sections of items, chronological inside each; the lowest-priority, oldest items drop out past ``limit``
+    characters as a reader sees them (the ``<!-- atom-id -->`` links do not count, :mod:`mnemoflow.memory.links`).
 
     A dropped item stays in the scene's META ``atoms`` list and in L1, so drill-down still reaches it.
     """
@@ -61,6 +63,8 @@ def render_items(items: list[Item], limit: int = MAX_SCENE_CHARS) -> str:
             if lines:
                 parts.append(heading + "\n" + "\n".join(lines))
         text = "\n\n".join(parts)
-        if len(text) <= limit or len(keep) <= 1:
+        if visible_len(text) <= limit:
+            return text
+        if len(keep) <= 1:
             return text[:limit]
         keep.remove(min(keep, key=lambda i: (i.priority, i.day, i.id)))

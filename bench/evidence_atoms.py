@@ -1,0 +1,165 @@
+"""Evidence turns that produced no atom: what the heuristic L1 extractor drops of the turns that answer questions.
+
+Recall over atoms can only find what an atom cites. A turn a question's answer rests on (LoCoMo's ``evidence``
+dia_ids, LongMemEval's ``has_answer`` turns) that yields no atom is lost to the atom search whatever its ranking,
+and a raw-turn search still has it. This measures, per development set, the share of evidence turns that no atom
+of the speaker's own memory cites, before dedup (extraction alone: the windows of one L1 pass over the whole
+history, as :func:`mnemoflow.memory.l1.window.plan_windows` cuts them). Dedup can drop a repeat later; that loss
+shows in the recall benchmarks, not here.
+
+Sets: LoCoMo dev (categories 1-4; each speaker is a user, the other speaker's turns are named ``assistant`` turns,
+as in ``bench/locomo_recall.py``; a turn counts in its speaker's memory), our Chinese dialogues
+(``bench/data/zh-dialogues.json``, same format) and the 60 LongMemEval-S dev questions (the user's has_answer
+turns, and the assistant's, which become ``Assistant: ...`` atoms when they answer a request). No embedder, no
+index: a few seconds a set.
+
+    python bench/evidence_atoms.py
+
+Writes ``bench/results/evidence_atoms.json`` with the dropped turns' ids (never their text: the eval data stays in
+../shared/eval).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.locomo_recall import turn_content, turn_time, uid  # noqa: E402
+from bench.longmemeval_recall import safe, turn_event, turns_of  # noqa: E402
+from mnemoflow.events import TurnEvent  # noqa: E402
+from mnemoflow.memory.l0 import L0Writer  # noqa: E402
+from mnemoflow.memory.l1.heuristic import HeuristicExtractor  # noqa: E402
+from mnemoflow.memory.l1.state import L1Cursor  # noqa: E402
+from mnemoflow.memory.l1.window import plan_windows  # noqa: E402
+from mnemoflow.storage import LocalFileStore  # noqa: E402
+
+TENANT = "evidence"
+CATEGORIES = (1, 2, 3, 4)
+
+
+def drafted(files: LocalFileStore, user: str, events: list[TurnEvent]) -> list[tuple[str, ...]]:
+    """The source message ids of each atom the heuristic extractor makes, over one pass of the whole history."""
+    L0Writer(files).write(events)
+    extractor = HeuristicExtractor()
+    cited: list[tuple[str, ...]] = []
+    for window in plan_windows(files, TENANT, user, L1Cursor()):
+        if window.new:
+            drafts = asyncio.run(extractor.extract(user, window, ""))
+            cited += [d.source_message_ids for d in drafts]
+    return cited
+
+
+def locomo(convs: list[dict[str, Any]], files: LocalFileStore) -> dict[str, Any]:
+    """LoCoMo-format conversations: evidence turns of questions in categories 1-4, each in its speaker's memory."""
+    evidence = total = drafts = 0
+    missed: list[str] = []
+    for conv in convs:
+        speaker = {t["dia_id"]: t["speaker"] for t in conv["turns"]}
+        wanted = sorted({e for q in conv["qa"] if q["category"] in CATEGORIES for e in q["evidence"] if e in speaker})
+        for name in (conv["speaker_a"], conv["speaker_b"]):
+            user = uid(conv["sample_id"], name)
+            events = [
+                TurnEvent(
+                    tenant=TENANT,
+                    message_id=t["dia_id"],
+                    user=user,
+                    session=f"s{t['session']}",
+                    role="user" if t["speaker"] == name else "assistant",
+                    content=turn_content(t),
+                    ts=turn_time(t),
+                    name=t["speaker"],
+                )
+                for t in conv["turns"]
+            ]
+            atoms = drafted(files, user, events)
+            cited = {i for src in atoms for i in src}
+            drafts += len(atoms)
+            own = [e for e in wanted if speaker[e] == name]
+            evidence += len(own)
+            missed += [f"{conv['sample_id']}:{e}" for e in own if e not in cited]
+        total += len(conv["turns"])
+    return summary(evidence, missed, total, drafts)
+
+
+def longmemeval(items: list[dict[str, Any]], files: LocalFileStore) -> dict[str, Any]:
+    """LongMemEval questions: each history its own user; evidence is every has_answer turn, user or assistant."""
+    evidence = total = drafts = 0
+    missed: list[str] = []
+    by_type: dict[str, list[int]] = {}
+    for item in items:
+        user = safe(item["question_id"])
+        turns = turns_of(item)
+        events = [turn_event(TENANT, user, t) for t in turns]
+        atoms = drafted(files, user, events)
+        cited = {i for src in atoms for i in src}
+        drafts += len(atoms)
+        wanted = [t["id"] for t in turns if t["evidence"]]
+        lost = [e for e in wanted if e not in cited]
+        counts = by_type.setdefault(item["question_type"], [0, 0])
+        counts[0] += len(wanted)
+        counts[1] += len(lost)
+        evidence += len(wanted)
+        missed += [f"{item['question_id']}:{e}" for e in lost]
+        total += len(turns)
+    out = summary(evidence, missed, total, drafts)
+    out["by_type"] = {k: {"evidence_turns": v[0], "without_atom": v[1]} for k, v in sorted(by_type.items())}
+    return out
+
+
+def summary(evidence: int, missed: list[str], turns: int, atoms: int) -> dict[str, Any]:
+    return {
+        "turns": turns,
+        "atoms": atoms,
+        "evidence_turns": evidence,
+        "without_atom": len(missed),
+        "share_without_atom": round(len(missed) / evidence, 4) if evidence else 0.0,
+        "missed": missed,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--eval-dir", default=str(ROOT.parent / "shared" / "eval"))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "evidence_atoms.json"))
+    args = ap.parse_args()
+    spec = importlib.util.spec_from_file_location("mnemoflow_eval_loaders", Path(args.eval_dir) / "loaders.py")
+    assert spec and spec.loader
+    loaders = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaders)
+    eval_dir = Path(args.eval_dir)
+    sets = {
+        "locomo-dev": lambda f: locomo(loaders.load_locomo(str(eval_dir / "locomo" / "locomo-dev.json")), f),
+        "zh-dialogues": lambda f: locomo(loaders.load_locomo(str(ROOT / "bench" / "data" / "zh-dialogues.json")), f),
+        "longmemeval-s-dev": lambda f: longmemeval(
+            json.loads((eval_dir / "longmemeval" / "longmemeval-s-dev.json").read_text()), f
+        ),
+    }
+    result: dict[str, Any] = {}
+    for name, run in sets.items():
+        with tempfile.TemporaryDirectory(prefix="mnemoflow-evidence-") as tmp:
+            result[name] = run(LocalFileStore(Path(tmp)))
+    result["command"] = " ".join(["python bench/evidence_atoms.py", *sys.argv[1:]])
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1, ensure_ascii=False))
+    print(f"{'set':<20} {'turns':>7} {'atoms':>7} {'evidence':>9} {'no atom':>8} {'share':>7}")
+    for name in sets:
+        r = result[name]
+        print(
+            f"{name:<20} {r['turns']:>7} {r['atoms']:>7} {r['evidence_turns']:>9} {r['without_atom']:>8} "
+            f"{r['share_without_atom']:>7.1%}"
+        )
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
