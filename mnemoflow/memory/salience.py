@@ -6,9 +6,11 @@ projects, activities. Without a tagger, those are approximated by
 
 * **names**: runs of capitalised words that do not open a sentence (``Porto``, ``New York``, ``LGBTQ``), kept
   with their case;
-* **phrases**: two adjacent content words (``oat milk``, ``support group``);
+* **phrases**: two adjacent content words ending in a noun (``oat milk``, ``support group``, ``mental health``);
 * **content words**: any other word that is not on the stop lists below (English: function words, frequency
-  adverbs, conversational filler, the most common verbs; Chinese: jieba words that are function words or filler).
+  adverbs, conversational filler, the most common verbs; Chinese: jieba words that are function words or filler)
+  and is a noun: jieba's tags in Chinese, lemminflect's lexicon in English (a scene named
+  ``authentically-courage-expressing`` told a reader nothing).
 
 Terms are then ranked by tf-idf: in how many of the scene's texts a term occurs, times how rare it is among the
 user's other texts, so a word every memory shares (often the user's own name) names no scene. Names weigh more
@@ -112,9 +114,27 @@ adjectives (工作, 健康), abbreviations."""
 _NAME_TAGS = frozenset("nr nrt nrfg ns nt".split())
 
 
+_CONTRACTED = frozenset("gonna wanna gotta sorta dunno lemme gimme".split())
+"""Spoken contractions: no stop list holds them and the lexicon does not know them, so they would pass as names."""
+
+
+def _english_noun(word: str, *, modifier: bool = False) -> bool:
+    """A word the English lexicon knows as a noun, or does not know at all (a name, an acronym: ``lgbtq``):
+    ``courage``, ``pottery``, ``trips`` name a topic; ``authentically``, ``believes``, ``involving`` do not. As the
+    ``modifier`` of a phrase, an adjective also reads (``mental health``); an ``-ing`` form the lexicon knows only
+    as a verb does not: it reads as a verb and its object (``bringing joy``, ``exploring options``), at the cost
+    of ``camping trips``."""
+    from lemminflect import getAllLemmas
+
+    lemmas = getAllLemmas(word.lower())
+    if not lemmas or "NOUN" in lemmas or "PROPN" in lemmas:
+        return True
+    return modifier and "ADJ" in lemmas
+
+
 def _nameable(word: str, tag: str | None) -> bool:
     """A content word that is no published stop word and, in Chinese, a noun of some kind."""
-    if not is_content(word) or word.lower() in published_stopwords():
+    if not is_content(word) or word.lower() in published_stopwords() or word.lower() in _CONTRACTED:
         return False
     return tag is None or tag in _NOUN_TAGS
 
@@ -151,8 +171,11 @@ def terms(text: str) -> list[Term]:
                 prev = None
                 continue
             low = tok.lower()
-            out.append(Term(low, low, 1.0))
-            if prev is not None and not {prev[-2:], low[-2:]} & {"ed"}:
+            noun = _english_noun(low)
+            if noun:
+                out.append(Term(low, low, 1.0))
+            headed = noun and prev is not None and _english_noun(prev, modifier=True)
+            if headed and prev is not None and not {prev[-2:], low[-2:]} & {"ed"}:  # a phrase ends in its noun
                 out.append(Term(f"{prev} {low}", f"{prev} {low}", _PHRASE_WEIGHT))
             prev = None if i == 0 else low  # a capitalised opener is often a name
     return out

@@ -178,6 +178,7 @@ def test_failing_engine_leaves_state_and_next_run_catches_up(env) -> None:  # ty
 def test_failing_persona_keeps_the_l2_step(tmp_path: Path) -> None:
     class Broken:
         name = "broken"
+        every_n = None
 
         async def write(self, ctx):  # type: ignore[no-untyped-def]
             raise ServiceUnavailable("persona model down")

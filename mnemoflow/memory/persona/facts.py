@@ -83,8 +83,8 @@ DOMAINS: tuple[Cue, ...] = (
     Cue(
         "work",
         _en(
-            r"\b(work(ing|ed)? (as|at|for|in|on)|my (job|boss|manager|team|colleagues?|co-?workers?|company|office|"
-            r"career|clients?|students?|shift)|(new|first|old) job|promot\w+|hired|resign\w*|quit my|laid off|"
+            r"\b(work(ing|ed)? (as|at|for|in)|my (job|boss|manager|team|colleagues?|co-?workers?|company|office|"
+            r"career|clients?|students?|shift)|(new|first|old) job|promoted|promotion|hired|resign\w*|quit my|laid off|"
             r"intern(ship)?|employ\w+|startup|my business)\b"
         ),
         re.compile(r"工作|上班|公司|老板|同事|职位|升职|辞职|跳槽|入职|面试|实习|团队|项目|工程师|加班|创业|客户|出差"),

@@ -156,6 +156,9 @@ class PersonaContext:
 
 class PersonaEngine(Protocol):
     name: str
+    every_n: int | None
+    """Memories between two personas this engine asks for; None takes the curator's (the spec's 50, which spares
+    model calls). A model-free persona costs under a millisecond, so it follows every scene pass."""
 
     async def write(self, ctx: PersonaContext) -> str:
         """The new persona body (Markdown, ≤ 2,000 characters; longer is cut at a line break)."""
@@ -187,6 +190,7 @@ async def generate_persona(
     memories, so the current text may still hold them)."""
     live = scenes.load()
     current = "" if rewrite else persona.read_body()
+    every_n = engine.every_n or every_n
     reason = rewrite or persona_trigger(state, scene_count=len(live), persona_exists=bool(current), every_n=every_n)
     if reason is None:
         return state, PersonaOutcome("skipped", "no trigger")

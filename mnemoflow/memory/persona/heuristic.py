@@ -151,6 +151,7 @@ class HeuristicPersonaEngine:
     """Implements :class:`~mnemoflow.memory.persona.generate.PersonaEngine` without a model."""
 
     name = "heuristic"
+    every_n: int | None = 1
 
     async def write(self, ctx: PersonaContext) -> str:
         """Pure computation; ``async`` only to share the protocol with the model engine."""

@@ -11,6 +11,7 @@ class LLMPersonaEngine:
     """Implements :class:`~mnemoflow.memory.persona.generate.PersonaEngine` with any LLM engine."""
 
     name = "llm"
+    every_n: int | None = None
 
     def __init__(self, llm: LLM, *, max_tokens: int = 1500, language: str | None = None) -> None:
         self.llm = llm
