@@ -17,6 +17,7 @@ from mnemoflow.config import Settings
 from mnemoflow.memory.l0 import read_l0
 from mnemoflow.memory.l1.records import RecordLog
 from mnemoflow.memory.l1.state import load_triggers
+from mnemoflow.memory.links import visible_len
 from mnemoflow.memory.persona.generate import PersonaStore
 from mnemoflow.memory.scenes.store import SceneStore
 from mnemoflow.replay import from_locomo
@@ -119,7 +120,7 @@ def test_locomo_turns_become_atoms_with_provenance_scenes_and_persona(stack: Sta
         scenes = SceneStore(files, TENANT, user).load()
         assert 1 <= len(scenes) <= 15
         body = PersonaStore(files, TENANT, user).read_body()
-        assert 0 < len(body) <= 2000
+        assert 0 < visible_len(body) <= 2000  # what the prompt shows: the atom-id comments are stripped from it
         assert api.get(f"/v1/users/{user}/persona").status_code == 200
     out = api.post("/v1/recall", json={"user": users[0], "query": "What did you do last weekend?"}).json()
     assert out["prepend_context"] and "<user-persona>" in out["system_context"] and out["hits"]
