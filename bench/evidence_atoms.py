@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import sys
 import tempfile
@@ -33,7 +32,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.locomo_recall import turn_content, turn_time, uid  # noqa: E402
+from bench.locomo_recall import (  # noqa: E402
+    evidence_by_speaker,
+    load_module,
+    turn_content,
+    turn_time,
+    uid,
+    without_atom,
+)
 from bench.longmemeval_recall import safe, turn_event, turns_of  # noqa: E402
 from mnemoflow.events import TurnEvent  # noqa: E402
 from mnemoflow.memory.l0 import L0Writer  # noqa: E402
@@ -43,7 +49,6 @@ from mnemoflow.memory.l1.window import plan_windows  # noqa: E402
 from mnemoflow.storage import LocalFileStore  # noqa: E402
 
 TENANT = "evidence"
-CATEGORIES = (1, 2, 3, 4)
 
 
 def drafted(files: LocalFileStore, user: str, events: list[TurnEvent]) -> list[tuple[str, ...]]:
@@ -63,9 +68,7 @@ def locomo(convs: list[dict[str, Any]], files: LocalFileStore) -> dict[str, Any]
     evidence = total = drafts = 0
     missed: list[str] = []
     for conv in convs:
-        speaker = {t["dia_id"]: t["speaker"] for t in conv["turns"]}
-        wanted = sorted({e for q in conv["qa"] if q["category"] in CATEGORIES for e in q["evidence"] if e in speaker})
-        for name in (conv["speaker_a"], conv["speaker_b"]):
+        for name, own in evidence_by_speaker(conv).items():
             user = uid(conv["sample_id"], name)
             events = [
                 TurnEvent(
@@ -83,7 +86,6 @@ def locomo(convs: list[dict[str, Any]], files: LocalFileStore) -> dict[str, Any]
             atoms = drafted(files, user, events)
             cited = {i for src in atoms for i in src}
             drafts += len(atoms)
-            own = [e for e in wanted if speaker[e] == name]
             evidence += len(own)
             missed += [f"{conv['sample_id']}:{e}" for e in own if e not in cited]
         total += len(conv["turns"])
@@ -116,14 +118,7 @@ def longmemeval(items: list[dict[str, Any]], files: LocalFileStore) -> dict[str,
 
 
 def summary(evidence: int, missed: list[str], turns: int, atoms: int) -> dict[str, Any]:
-    return {
-        "turns": turns,
-        "atoms": atoms,
-        "evidence_turns": evidence,
-        "without_atom": len(missed),
-        "share_without_atom": round(len(missed) / evidence, 4) if evidence else 0.0,
-        "missed": missed,
-    }
+    return {"turns": turns, "atoms": atoms, **without_atom(evidence, missed)}
 
 
 def main() -> None:
@@ -131,10 +126,7 @@ def main() -> None:
     ap.add_argument("--eval-dir", default=str(ROOT.parent / "shared" / "eval"))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "evidence_atoms.json"))
     args = ap.parse_args()
-    spec = importlib.util.spec_from_file_location("mnemoflow_eval_loaders", Path(args.eval_dir) / "loaders.py")
-    assert spec and spec.loader
-    loaders = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loaders)
+    loaders = load_module(Path(args.eval_dir) / "loaders.py", "mnemoflow_eval_loaders")
     eval_dir = Path(args.eval_dir)
     sets = {
         "locomo-dev": lambda f: locomo(loaders.load_locomo(str(eval_dir / "locomo" / "locomo-dev.json")), f),

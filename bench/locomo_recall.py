@@ -251,26 +251,31 @@ def duplicate_rate(files: LocalFileStore, store: SqliteVectorStore, users: list[
     return (dup / total if total else 0.0), total
 
 
+def evidence_by_speaker(conv: dict[str, Any]) -> dict[str, list[str]]:
+    """The evidence turns of questions in categories 1-4, under the speaker who said them (whose memory must hold
+    them: each speaker is a user)."""
+    speaker = {t["dia_id"]: t["speaker"] for t in conv["turns"]}
+    wanted = sorted({e for q in conv["qa"] if q["category"] in (1, 2, 3, 4) for e in q["evidence"] if e in speaker})
+    return {name: [e for e in wanted if speaker[e] == name] for name in (conv["speaker_a"], conv["speaker_b"])}
+
+
+def without_atom(evidence: int, missed: list[str]) -> dict[str, Any]:
+    """How many evidence turns no atom cites, and which (ids only: the eval text stays in ../shared/eval)."""
+    share = round(len(missed) / evidence, 4) if evidence else 0.0
+    return {"evidence_turns": evidence, "without_atom": len(missed), "share_without_atom": share, "missed": missed}
+
+
 def evidence_without_atom(convs: list[dict[str, Any]], files: LocalFileStore) -> dict[str, Any]:
-    """Evidence turns (categories 1-4) that no live atom of their speaker's memory cites, after dedup: what recall
-    over atoms cannot find at any k (``bench/evidence_atoms.py`` counts the same before dedup)."""
+    """Evidence turns that no live atom of their speaker's memory cites, after dedup: what recall over atoms cannot
+    find at any k (``bench/evidence_atoms.py`` counts the same before dedup)."""
     evidence, missed = 0, []
     for conv in convs:
-        speaker = {t["dia_id"]: t["speaker"] for t in conv["turns"]}
-        wanted = {e for q in conv["qa"] if q["category"] in (1, 2, 3, 4) for e in q["evidence"] if e in speaker}
-        for name in (conv["speaker_a"], conv["speaker_b"]):
-            cited = {
-                m for r in RecordLog(files, TENANT, uid(conv["sample_id"], name)).read() for m in r.source_message_ids
-            }
-            mine = sorted(e for e in wanted if speaker[e] == name)
+        for name, mine in evidence_by_speaker(conv).items():
+            log = RecordLog(files, TENANT, uid(conv["sample_id"], name))
+            cited = {m for r in log.read() for m in r.source_message_ids}
             evidence += len(mine)
             missed += [f"{conv['sample_id']}:{e}" for e in mine if e not in cited]
-    return {
-        "evidence_turns": evidence,
-        "no_atom": len(missed),
-        "share": round(len(missed) / max(evidence, 1), 4),
-        "missed": missed,
-    }
+    return without_atom(evidence, missed)
 
 
 def within(items: list[tuple[str, list[str]]], budget: int) -> list[tuple[str, list[str]]]:
@@ -577,8 +582,8 @@ def main() -> None:
         f" if the model decided nothing); duplicate rate {result['duplicate_rate']}"
     )
     print(
-        f"evidence turns no live atom cites: {uncited['no_atom']} / {uncited['evidence_turns']} "
-        f"({uncited['share']:.1%})"
+        f"evidence turns no live atom cites: {uncited['without_atom']} / {uncited['evidence_turns']} "
+        f"({uncited['share_without_atom']:.1%})"
     )
 
 

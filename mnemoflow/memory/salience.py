@@ -174,8 +174,7 @@ def terms(text: str) -> list[Term]:
             noun = _english_noun(low)
             if noun:
                 out.append(Term(low, low, 1.0))
-            headed = noun and prev is not None and _english_noun(prev, modifier=True)
-            if headed and prev is not None and not {prev[-2:], low[-2:]} & {"ed"}:  # a phrase ends in its noun
+            if noun and prev is not None and _english_noun(prev, modifier=True) and not {prev[-2:], low[-2:]} & {"ed"}:
                 out.append(Term(f"{prev} {low}", f"{prev} {low}", _PHRASE_WEIGHT))
             prev = None if i == 0 else low  # a capitalised opener is often a name
     return out

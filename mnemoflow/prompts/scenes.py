@@ -21,10 +21,17 @@ VERSION = "scenes-v1"
 MAX_REPLY_EDITS = 4
 
 
+class ModelSceneEdit(SceneEdit):
+    """An edit as the model writes it: no atom-id links, so the body's schema bound is what a reader sees (the
+    structured-output grammar stops the model there instead of letting it write a body validation then rejects)."""
+
+    body: str = Field("", max_length=MAX_SCENE_CHARS)
+
+
 class SceneReply(ScenePlan):
     """The model's reply: a :class:`ScenePlan` with at most four edits, so one reply stays short."""
 
-    edits: list[SceneEdit] = Field(default_factory=list, max_length=MAX_REPLY_EDITS)
+    edits: list[ModelSceneEdit] = Field(default_factory=list, max_length=MAX_REPLY_EDITS)  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, slots=True)

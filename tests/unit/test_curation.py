@@ -234,3 +234,12 @@ def test_user_curator_class_ticks_due_users_without_ray(tmp_path: Path) -> None:
     assert (early, ran) == (0, 1)
     assert stats["users_scheduled"] == 1 and stats["scanned_users"] == 1
     assert CurationState.model_validate_json(files.read_bytes(ScenePaths("acme", "alice").state) or b"").cursor.ts
+
+
+def test_the_models_scene_body_is_bounded_in_its_schema_by_what_a_reader_sees() -> None:
+    """A stored body may hold atom-id links past MAX_SCENE_CHARS; the model writes none, so its grammar stops at
+    the reader's bound instead of letting it write a body validation would then reject."""
+    from mnemoflow.memory.scenes.model import MAX_SCENE_CHARS
+
+    edit = SceneReply.model_json_schema()["$defs"]["ModelSceneEdit"]
+    assert edit["properties"]["body"]["maxLength"] == MAX_SCENE_CHARS
