@@ -15,7 +15,7 @@ MODELS_DIR ?= $(HOME)/.cache/mnemoflow-models
 TEST_MODEL := qwen2.5-0.5b
 MODEL ?= $(TEST_MODEL)
 
-.PHONY: install up lint test test-fast bench k8s-tools model
+.PHONY: install up lint docs test test-fast bench k8s-tools model
 
 # tools/install.sh holds the steps, so that the Dockerfiles run exactly what CI runs.
 $(INSTALLED): pyproject.toml tools/install.sh tools/mermaid-check/package-lock.json
@@ -39,11 +39,17 @@ model: $(INSTALLED)
 k8s-tools: $(INSTALLED)
 	PYTHON=$(BIN)/python bash tools/k8s/build.sh > /dev/null
 
-# Lint, format and types first (seconds; a failure names the file and line), then every test.
+# The documentation site into site/, strictly: a warning, a broken link or an anchor that does not exist fails.
+# (The two variables silence the banners Material and a plugin print about MkDocs 2; they are not warnings.)
+docs: $(INSTALLED)
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict --quiet
+
+# Lint, format, types and the docs first (seconds; a failure names the file and line), then every test.
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(MAKE) --no-print-directory docs
 
 test: install k8s-tools lint
 	MNEMOFLOW_MODELS_DIR=$(MODELS_DIR) $(BIN)/mnemoflow model fetch $(TEST_MODEL)

@@ -12,15 +12,12 @@ to a fresh L0 through :class:`~mnemoflow.memory.l0.L0Writer`, then times, for th
     python bench/conversation_search.py            # 20,000 messages
     python bench/conversation_search.py --quick    # 2,000 messages
 
-Prints a table and writes ``bench/results/conversation_search.json``.
+Prints a table and writes ``bench/results/conversation_search.json`` (``-quick`` with ``--quick``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import random
 import sys
 import tempfile
@@ -31,7 +28,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from mnemoflow.events import TurnEvent
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.report import Run, Table  # noqa: E402
+from mnemoflow.events import TurnEvent  # noqa: E402
 from mnemoflow.lexical import bm25_scores
 from mnemoflow.memory.conversations import INDEX_FILE, ConversationIndex
 from mnemoflow.memory.l0 import L0Message, L0Writer, read_l0
@@ -155,30 +155,24 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10, help="times each query is asked of the index")
     ap.add_argument("--scan-rounds", type=int, default=2, help="times each query is asked of the (slow) scan")
     ap.add_argument("--quick", action="store_true", help="2,000 messages over 20 days")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "conversation_search.json"))
+    ap.add_argument("--out", help="default bench/results/conversation_search.json (-quick.json with --quick)")
     args = ap.parse_args()
     if args.quick:
         args.messages, args.days = 2_000, 20
+    run_ = Run("conversation_search", f"conversations/search at {args.messages:,} L0 messages of one user")
     with tempfile.TemporaryDirectory(prefix="mnemoflow-convsearch-") as tmp:
         r = run(args, Path(tmp))
-    print(f"\n{args.messages} L0 messages over {args.days} day files, one user, limit {args.limit}")
-    print(f"{'method':14} {'p50 ms':>9} {'p99 ms':>9} {'mean ms':>9}")
-    for name in ("scan", "index", "index_append"):
-        s = r[name]
-        print(f"{name:14} {s['p50_ms']:>9} {s['p99_ms']:>9} {s['mean_ms']:>9}")
-    print(f"{'index_build':14} {r['index_build']['ms']:>9} (first search, once)")
-    print(f"L0 {r['l0_mb']} MB, index {r['index_mb']} MB; same top ids as the scan: {r['same_top_ids']}")
-    out = {
-        "messages": args.messages,
-        "days": args.days,
-        "limit": args.limit,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "command": "python bench/conversation_search.py " + " ".join(sys.argv[1:]),
-        "results": r,
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    rows = [
+        [name, *(str(r[name][k]) for k in ("p50_ms", "p99_ms", "mean_ms"))]
+        for name in ("scan", "index", "index_append")
+    ]
+    rows.append(["index_build (the first search, once)", str(r["index_build"]["ms"]), "", ""])
+    title = f"{args.messages:,} messages over {args.days} day files, one user, limit {args.limit}"
+    notes = [f"L0 {r['l0_mb']} MB, index {r['index_mb']} MB; same top ids as the scan: {r['same_top_ids']}"]
+    out = {"messages": args.messages, "days": args.days, "limit": args.limit, "results": r}
+    default = Path(__file__).parent / "results" / f"conversation_search{'-quick' if args.quick else ''}.json"
+    table = Table(title=title, columns=["method", "p50 ms", "p99 ms", "mean ms"], rows=rows)
+    run_.finish([table], out, Path(args.out) if args.out else default, notes=notes)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from bench.locomo_recall import (  # noqa: E402
     without_atom,
 )
 from bench.longmemeval_recall import safe, turn_event, turns_of  # noqa: E402
+from bench.report import Run, Table  # noqa: E402
 from mnemoflow.events import TurnEvent  # noqa: E402
 from mnemoflow.memory.l0 import L0Writer  # noqa: E402
 from mnemoflow.memory.l1.heuristic import HeuristicExtractor  # noqa: E402
@@ -135,22 +136,24 @@ def main() -> None:
             json.loads((eval_dir / "longmemeval" / "longmemeval-s-dev.json").read_text()), f
         ),
     }
+    run = Run("evidence_atoms", "Evidence turns with no drafted atom (heuristic L1, no embedder)")
     result: dict[str, Any] = {}
-    for name, run in sets.items():
+    for name, measure in sets.items():
         with tempfile.TemporaryDirectory(prefix="mnemoflow-evidence-") as tmp:
-            result[name] = run(LocalFileStore(Path(tmp)))
-    result["command"] = " ".join(["python bench/evidence_atoms.py", *sys.argv[1:]])
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1, ensure_ascii=False))
-    print(f"{'set':<20} {'turns':>7} {'atoms':>7} {'evidence':>9} {'no atom':>8} {'share':>7}")
-    for name in sets:
-        r = result[name]
-        print(
-            f"{name:<20} {r['turns']:>7} {r['atoms']:>7} {r['evidence_turns']:>9} {r['without_atom']:>8} "
-            f"{r['share_without_atom']:>7.1%}"
-        )
-    print(f"wrote {out}")
+            result[name] = measure(LocalFileStore(Path(tmp)))
+    rows = [
+        [
+            name,
+            str(r["turns"]),
+            str(r["atoms"]),
+            str(r["evidence_turns"]),
+            str(r["without_atom"]),
+            f"{r['share_without_atom']:.1%}",
+        ]
+        for name, r in result.items()
+    ]
+    columns = ["set", "turns", "atoms", "evidence turns", "without an atom", "share"]
+    run.finish([Table(title="Evidence turns without an atom", columns=columns, rows=rows)], result, Path(args.out))
 
 
 if __name__ == "__main__":

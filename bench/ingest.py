@@ -3,19 +3,18 @@ Apache Kafka (the default) and on tansu (memory only); and the RSS of the whole 
 
     python bench/ingest.py [--quick] [--events N] [--api-events N]
 
-Prints a table and writes bench/results/ingest.json. The clock starts at the first produce (or POST) and stops
-when the last line is on disk, so it measures the whole path, worker included (the worker is up and has joined
-its group before the clock starts). RSS sums every process of the stack: this driver (which hosts Ray's driver
-and the embedded broker's parent), Ray's GCS/raylet/workers, the Serve controller, proxy and replica, the shard
-actors, the Faust worker and the broker (the Apache Kafka JVM, or tansu). A last Kafka-only run with
-``fsync_files=False`` shows what making the files durable before each commit costs.
+Prints a table and writes bench/results/ingest.json (ingest-quick.json with --quick). The clock starts at the
+first produce (or POST) and stops when the last line is on disk, so it measures the whole path, worker included
+(the worker is up and has joined its group before the clock starts). RSS sums every process of the stack: this
+driver (which hosts Ray's driver and the embedded broker's parent), Ray's GCS/raylet/workers, the Serve controller,
+proxy and replica, the shard actors, the Faust worker and the broker (the Apache Kafka JVM, or tansu). A last
+Kafka-only run with ``fsync_files=False`` shows what making the files durable before each commit costs.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import tempfile
@@ -31,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
+from bench.report import Run, Table  # noqa: E402
 from mnemoflow.cli.stack import Stack  # noqa: E402
 from mnemoflow.config import TOPIC_TURNS, Settings  # noqa: E402
 from mnemoflow.events import TurnEvent  # noqa: E402
@@ -198,7 +198,7 @@ def main() -> None:
     n_kafka = args.events or (20_000 if args.quick else 100_000)
     n_api = args.api_events or (5_000 if args.quick else 20_000)
 
-    started = time.perf_counter()
+    run = Run("ingest", f"Ingest: {n_kafka:,} Kafka events and {n_api:,} API events into L0 on disk")
     apache = run_one("kafka", n_kafka, n_api, measure_memory=True)
     tansu = run_one("tansu", n_kafka, n_api, measure_memory=False)
     no_fsync = run_one("kafka", n_kafka, 0, measure_memory=False, fsync=False)  # what durable files cost
@@ -212,36 +212,26 @@ def main() -> None:
             "apache": round(n_kafka / apache["worker_cpu_s"]),
             "tansu": round(n_kafka / tansu["worker_cpu_s"]),
         },
-        "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
         "idle_rss_mib": round(apache["idle_rss_mib"]),
         "loaded_rss_mib": round(apache["loaded_rss_mib"]),
         "idle_pss_mib": round(apache["idle_pss_mib"]),
         "loaded_pss_mib": round(apache["loaded_pss_mib"]),
         "events": {"kafka": n_kafka, "api": n_api},
         "quick": args.quick,
-        "cpus": os.cpu_count(),
-        "seconds": round(time.perf_counter() - started, 1),
     }
-    out = ROOT / "bench" / "results" / "ingest.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"ingest ({n_kafka} Kafka events, {n_api} API events, {os.cpu_count()} cores)")
-    for col in ("path", "embedded Apache Kafka (default)", "tansu (memory only)"):
-        table.add_column(col)
-    table.add_row("Kafka produce → L0 (events/s)", *map(str, results["kafka_to_l0_events_per_s"].values()))
-    table.add_row("API submit → L0 (events/s)", *map(str, results["api_to_l0_events_per_s"].values()))
-    per_cpu = results["kafka_to_l0_events_per_worker_cpu_s"]
-    table.add_row("Kafka → L0 per second of worker CPU (events)", *map(str, per_cpu.values()))
-    no_fsync_row = results["kafka_to_l0_files_not_fsynced_events_per_s"]["apache"]
-    table.add_row("Kafka produce → L0, files not fsynced (events/s)", str(no_fsync_row), "")
-    table.add_row("stack RSS idle / loaded (MiB)", f"{results['idle_rss_mib']} / {results['loaded_rss_mib']}", "")
-    table.add_row("stack PSS idle / loaded (MiB)", f"{results['idle_pss_mib']} / {results['loaded_pss_mib']}", "")
-    Console().print(table)
-    print(f"wrote {out}")
+    rate, per_cpu = results["kafka_to_l0_events_per_s"], results["kafka_to_l0_events_per_worker_cpu_s"]
+    api = results["api_to_l0_events_per_s"]
+    rows = [
+        ["Kafka produce → L0 on disk (events/s)", f"{rate['apache']:,}", f"{rate['tansu']:,}"],
+        ["Kafka produce → L0, files not fsynced (events/s)", f"{no_fsync['kafka_to_l0']:,.0f}", ""],
+        ["API submit → L0 on disk (events/s)", f"{api['apache']:,}", f"{api['tansu']:,}"],
+        ["Kafka → L0 per second of worker CPU (events)", f"{per_cpu['apache']:,}", f"{per_cpu['tansu']:,}"],
+        ["stack RSS idle / loaded (MiB)", f"{results['idle_rss_mib']:,} / {results['loaded_rss_mib']:,}", ""],
+        ["stack PSS idle / loaded (MiB)", f"{results['idle_pss_mib']:,} / {results['loaded_pss_mib']:,}", ""],
+    ]
+    columns = ["path", "embedded Apache Kafka (default)", "tansu (memory only)"]
+    out = ROOT / "bench" / "results" / ("ingest-quick.json" if args.quick else "ingest.json")
+    run.finish([Table(title="Ingest into L0", columns=columns, rows=rows)], results, out)
 
 
 if __name__ == "__main__":

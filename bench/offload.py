@@ -22,7 +22,8 @@ Mermaid parser), and what the canvases keep:
   exit code, or an ``ERROR:`` reply from a tool without exit codes), the share on a ``blocked`` node;
 * ``tool_call_coverage``: of the calls compaction saw inside a long task, the share on exactly one canvas node.
 
-Writes ``bench/results/offload.json``. Usage: ``python bench/offload.py [--quick] [--per-session 10]``.
+Writes ``bench/results/offload.json`` (``offload-quick.json`` with ``--quick``).
+Usage: ``python bench/offload.py [--quick] [--per-session 10]``.
 """
 
 from __future__ import annotations
@@ -37,8 +38,12 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
-from mnemoflow.offload.boundary import canvas_for_seq
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.report import Run, Table  # noqa: E402
+from mnemoflow.offload.boundary import canvas_for_seq  # noqa: E402
 from mnemoflow.offload.canvas import from_mermaid, validate_mermaid
 from mnemoflow.offload.config import OffloadConfig
 from mnemoflow.offload.entries import OffloadWriter, read_entries, read_ref
@@ -380,13 +385,14 @@ async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="5 trajectories per set, one chained session")
     ap.add_argument("--per-session", type=int, default=10)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "offload.json"))
+    ap.add_argument("--out", help="default bench/results/offload.json (offload-quick.json with --quick)")
     ap.add_argument("--config", default="{}", help="OffloadConfig overrides as JSON, e.g. '{\"stub_batch\": 4}'")
     ap.add_argument("--spec", action="store_true", help="start from OffloadConfig.spec() (TDAM's ladder only)")
     args = ap.parse_args()
     global CONFIG
     overrides = json.loads(args.config)
     CONFIG = OffloadConfig.spec(**overrides) if args.spec else OffloadConfig(**overrides)
+    run = Run("offload", "Offload: prompt tokens an agent pays, on real trajectories, by strategy and window")
     report: dict[str, object] = {
         "quick": args.quick,
         "keep_last": KEEP_LAST,
@@ -415,9 +421,69 @@ async def main() -> None:
                 file=sys.stderr,
             )
         report[set_name] = by_window
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1))
-    print(json.dumps(report, indent=1))
+    out = (
+        Path(args.out)
+        if args.out
+        else Path(__file__).parent / "results" / f"offload{'-quick' if args.quick else ''}.json"
+    )
+    run.finish(tables(report), report, out)
+
+
+def tables(report: dict[str, Any]) -> list[Table]:
+    """The tokens by strategy, and what the canvases and stubs keep, per set and window (chained sessions)."""
+
+    def millions(n: int) -> str:
+        return f"{n / 1e6:.1f}M"
+
+    def share(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.3f}"
+
+    tokens, kept = [], []
+    for set_name in SETS:
+        for wname, r in report[set_name].items():
+            cum = r["cumulative_prompt_tokens"]
+            reuse = r["prefix_reuse_by_strategy"]
+            where = f"{set_name}, {wname}"
+            tokens.append(
+                [
+                    where,
+                    *(millions(cum[k]) for k in STRATEGIES),
+                    f"{-r['vs_no_offload']:.1%}",
+                    f"{-r['vs_masking']:.1%}",
+                ]
+                + [f"{reuse['mnemoflow']:.2f} / {reuse['no_offload']:.2f}"]
+            )
+            retention = r["identifier_retention"]
+            kept.append(
+                [where, share(retention["mnemoflow"]), share(retention["masking"]), share(r["failed_calls_blocked"])]
+                + [share(r["tool_call_coverage"]), share(r["canvas_valid_official"]), share(r["recoverability"])]
+            )
+    return [
+        Table(
+            title="Cumulative prompt tokens (o200k), chained sessions",
+            columns=[
+                "set, window",
+                *STRATEGIES,
+                "mnemoflow vs no offload",
+                "vs masking",
+                "prefix reuse (mnemoflow / none)",
+            ],
+            rows=tokens,
+        ),
+        Table(
+            title="What the canvases and stubs keep",
+            columns=[
+                "set, window",
+                "identifier retention (mnemoflow)",
+                "(masking)",
+                "failed calls on a blocked node",
+                "tool calls on one node",
+                "canvases valid (official parser)",
+                "removed outputs recovered byte-exact",
+            ],
+            rows=kept,
+        ),
+    ]
 
 
 if __name__ == "__main__":

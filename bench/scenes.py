@@ -31,7 +31,8 @@ facts to cover are the speaker's own turns.
     python bench/scenes.py --embedder minilm  # all five, MiniLM (onnx, local package)
     python bench/scenes.py --atoms l1 --data bench/data/zh-dialogues.json
 
-Writes ``bench/results/scenes.json`` (``scenes-l1[-<data>].json`` with ``--atoms l1``). LoCoMo text is read from
+Writes ``bench/results/scenes.json`` (``scenes-l1[-<data>].json`` with ``--atoms l1``; ``-quick`` added with
+``--quick``). LoCoMo text is read from
 ../shared/eval at run time and never stored here.
 """
 
@@ -41,7 +42,6 @@ import argparse
 import asyncio
 import hashlib
 import importlib.util
-import json
 import statistics
 import sys
 import tempfile
@@ -50,7 +50,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from mnemoflow.embedding import HashingEmbedder
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.report import Run, Table  # noqa: E402
+from mnemoflow.embedding import HashingEmbedder  # noqa: E402
 from mnemoflow.lexical import words
 from mnemoflow.memory.curation import to_scene_input
 from mnemoflow.memory.l1.dedup import DedupConfig
@@ -340,6 +343,7 @@ def main() -> None:
     if args.atoms == "gold" and data is not None:
         ap.error("--data needs --atoms l1 (a set without gold observations is scored on L1's atoms)")
     name = "scenes" + ("-l1" if args.atoms == "l1" else "") + (f"-{data.stem}" if data else "")
+    name += "-quick" if args.quick else ""
     out = Path(args.out) if args.out else Path(__file__).parent / "results" / f"{name}.json"
     if args.embedder == "minilm":
         from mnemoflow.embedding import MiniLMEmbedder
@@ -348,6 +352,8 @@ def main() -> None:
     else:
         embedder = HashingEmbedder()
     convs = load_locomo(data)[: 1 if args.quick else None]
+    source = {"gold": "LoCoMo's gold observations", "l1": "L1's atoms"}[args.atoms]
+    run = Run("scenes", f"Scenes and persona without a model, from {source} of {data.stem if data else 'LoCoMo dev'}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for k, conv in enumerate(convs):
@@ -419,14 +425,44 @@ def main() -> None:
         ),
     }
     result["naming"] = naming
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
-    examples = {r["user"]: {"scenes": r["scene_names"], "archetype": r["archetype"]} for r in rows[:2]}
-    print(
-        json.dumps(
-            {"summary": summary, "structure": result["structure"], "naming": naming, "examples": examples}, indent=1
+    h, c = summary["heuristic"], summary["chronological"]
+    quality = [
+        [label, f"{h_value:.3f}", f"{c_value:.3f}"]
+        for label, h_value, c_value in (
+            ("gold-fact coverage, combined", h["gold_fact_coverage"]["combined"], c["gold_fact_coverage"]["combined"]),
+            ("gold-fact coverage, facts", h["gold_fact_coverage"]["facts"], c["gold_fact_coverage"]["facts"]),
+            ("gold-fact coverage, events", h["gold_fact_coverage"]["events"], c["gold_fact_coverage"]["events"]),
+            ("question routed to its evidence's scene, hit@1", h["qa_hit@1"], c["qa_hit@1"]),
+            ("question routed to its evidence's scene, hit@3", h["qa_hit@3"], c["qa_hit@3"]),
+            ("events found in their best scene", h["event_recall_best_scene"], c["event_recall_best_scene"]),
         )
-    )
+    ]
+    structure = result["structure"]
+    shape = [
+        ["users", str(len(rows))],
+        [
+            "scenes per user (mean), most live at once",
+            f"{structure['scenes']:.1f}, {result['max_live_scenes_any_user']}",
+        ],
+        [
+            "persona characters (mean), most",
+            f"{structure['persona_chars']:.0f}, {result['max_persona_chars_any_user']}",
+        ],
+        ["scene names holding a stop word", str(naming["scene_name_stop_words"])],
+        ["names holding the other speaker's name", str(naming["other_speaker_in_names"])],
+        ["persona lines quoting the other speaker", str(naming["persona_lines_quoting_other"] or "n/a (gold atoms)")],
+    ]
+    tables = [
+        Table(
+            title="Heuristic scenes and persona against chronological blocks",
+            columns=["measure", "heuristic", "chronological"],
+            rows=quality,
+        ),
+        Table(title="Shape of what was written", columns=["measure", "value"], rows=shape),
+    ]
+    examples = {r["user"]: {"scenes": r["scene_names"], "archetype": r["archetype"]} for r in rows[:2]}
+    notes = [f"{user}: scenes {', '.join(e['scenes'])}; archetype {e['archetype']}" for user, e in examples.items()]
+    run.finish(tables, result, out, notes=notes)
 
 
 if __name__ == "__main__":

@@ -1,22 +1,19 @@
 """Per-user hybrid search latency of each VectorStore backend at N synthetic atoms.
 
 Builds ``--atoms`` atoms spread evenly over ``--users`` users (one tenant), 384-d seeded random vectors and
-texts drawn from a Zipf-like vocabulary, then times ``search`` (hybrid, RRF k=60) filtered to one random
+texts drawn from a Zipf-like vocabulary, then times ``search`` (hybrid, RRF as recall fuses) filtered to one random
 user, plus dense-only and BM25-only for reference. Query embedding is not included: vectors are given.
 
     python bench/store_latency.py --quick
     python bench/store_latency.py --atoms 100000 --users 1000 --backends sqlite,milvus
 
-Prints a table and writes ``bench/results/store_latency.json``.
+Prints a table and writes ``bench/results/store_latency.json`` (``-quick`` with ``--quick``).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import json
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -28,7 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from mnemoflow.index import InMemoryVectorStore
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.report import Run, Table  # noqa: E402
+from mnemoflow.index import InMemoryVectorStore  # noqa: E402
 from mnemoflow.ports.vectors import ATOM_TYPES, AtomRow, VectorStore
 
 MODEL = "synthetic-384"
@@ -151,37 +151,34 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--backends", default="sqlite,milvus", help="comma list of memory,sqlite,milvus,milvus_client")
     ap.add_argument("--quick", action="store_true", help="2,000 atoms / 20 users / 100 queries, all backends")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "store_latency.json"))
+    ap.add_argument("--out", help="default bench/results/store_latency.json (store_latency-quick.json with --quick)")
     args = ap.parse_args()
     if args.quick:
         args.atoms, args.users, args.queries, args.backends = 2_000, 20, 100, "memory,sqlite,milvus"
+    run = Run("store_latency", f"Per-user hybrid search latency at {args.atoms:,} atoms over {args.users:,} users")
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="mnemoflow-bench-") as tmp:
         for name in args.backends.split(","):
             print(f"[{name}] ingesting {args.atoms} atoms over {args.users} users ...", flush=True)
             results[name] = run_backend(name, args, Path(tmp))
-    print(f"\n{args.atoms} atoms, {args.users} users, dim {args.dim}, k={args.k}, {args.queries} queries, per-user")
-    columns = ("hybrid p50", 10), ("p99", 7), ("dense p50", 9), ("p99", 7), ("bm25 p50", 8), ("p99", 7), ("ingest s", 8)
-    print(f"{'backend':13} " + " ".join(f"{name:>{width}}" for name, width in columns))
-    for name, r in results.items():
-        h, d, b = r["hybrid"], r["dense"], r["bm25"]
-        print(
-            f"{name:13} {h['p50_ms']:>10} {h['p99_ms']:>7} {d['p50_ms']:>9} {d['p99_ms']:>7} "
-            f"{b['p50_ms']:>8} {b['p99_ms']:>7} {r['ingest_s']:>8}"
-        )
+    rows = [
+        [name]
+        + [f"{r[kind][q]}" for kind in ("hybrid", "dense", "bm25") for q in ("p50_ms", "p99_ms")]
+        + [f"{r['ingest_s']}"]
+        for name, r in results.items()
+    ]
+    columns = ["backend", "hybrid p50 ms", "p99", "dense p50 ms", "p99", "BM25 p50 ms", "p99", "ingest s"]
     out = {
         "atoms": args.atoms,
         "users": args.users,
         "dim": args.dim,
         "k": args.k,
         "queries": args.queries,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "command": "python bench/store_latency.py " + (" ".join(sys.argv[1:])),
         "results": results,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    title = f"{args.atoms:,} atoms, {args.users:,} users, dim {args.dim}, k={args.k}, {args.queries} queries"
+    default = Path(__file__).parent / "results" / f"store_latency{'-quick' if args.quick else ''}.json"
+    run.finish([Table(title=title, columns=columns, rows=rows)], out, Path(args.out) if args.out else default)
 
 
 if __name__ == "__main__":

@@ -53,8 +53,8 @@ class RateLimit(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    per_second: float = Field(gt=0)
-    burst: int = Field(ge=1)
+    per_second: float = Field(gt=0, description="Requests per second the bucket refills.")
+    burst: int = Field(ge=1, description="Requests the bucket holds (sent at once).")
 
 
 class Settings(BaseSettings):
@@ -68,11 +68,16 @@ class Settings(BaseSettings):
     data_dir: Path = Field(Path("./data"), description="Root of the human-readable layers (one folder per tenant).")
 
     kafka_bootstrap: str | None = Field(None, description="host:port[,host:port]; None starts the embedded broker.")
-    turns_partitions: int = Field(8, ge=1, le=1024)
+    turns_partitions: int = Field(
+        8,
+        ge=1,
+        le=1024,
+        description="Partitions of mnemoflow.turns, .jobs and .commands (co-partitioned): most workers sharing L0.",
+    )
     tool_results_partitions: int | None = Field(
         None, ge=1, le=1024, description="Defaults to session_shards so a partition maps onto one shard."
     )
-    topic_replication: int = Field(1, ge=1)
+    topic_replication: int = Field(1, ge=1, description="Replication factor of the topics the stack creates.")
     embedded_broker: Literal["kafka", "tansu"] = Field(
         "kafka", description="With no bootstrap: Apache Kafka (durable, <data_dir>/kafka) or tansu (memory only)."
     )
@@ -82,15 +87,15 @@ class Settings(BaseSettings):
     embedded_kafka_fsync: bool = Field(True, description="Embedded Kafka fsyncs each produce batch before the ack.")
 
     ray_address: str | None = Field(None, description="Ray GCS address; None starts Ray locally.")
-    ray_namespace: str = "mnemoflow"
+    ray_namespace: str = Field("mnemoflow", description="Ray namespace of the named actors and Serve applications.")
     session_shards: int = Field(
         2, ge=1, le=4096, description="SessionShard actors (a process each, ~250 MiB): 2 fit a 2-core machine."
     )
     shard_idle_seconds: float = Field(600.0, gt=0, description="Evict a session's state after this much idleness.")
     shard_max_sessions: int = Field(10_000, ge=1, description="Bound on sessions one shard keeps in memory.")
 
-    api_host: str = "127.0.0.1"
-    api_port: int = Field(8000, ge=0, le=65535)
+    api_host: str = Field("127.0.0.1", description="Where Serve's HTTP proxy listens; loopback unless set.")
+    api_port: int = Field(8000, ge=0, le=65535, description="Port of the API (the proxy, the dashboard, /metrics).")
     api_keys: dict[str, list[SecretStr]] = Field(
         default_factory=dict,
         description="tenant -> API key, or a list of keys (oldest first) to rotate without downtime. "
@@ -103,7 +108,9 @@ class Settings(BaseSettings):
     rate_limits: dict[str, RateLimit] = Field(
         default_factory=dict, description="Per-tenant overrides, e.g. {'acme': {'per_second': 50, 'burst': 100}}."
     )
-    max_body_bytes: int = Field(1 << 20, ge=1024)
+    max_body_bytes: int = Field(
+        1 << 20, ge=1024, description="Request body limit (413 past it); agents' chat arrays often need more."
+    )
     max_import_bytes: int = Field(64 << 20, ge=1024, description="Body limit of a bundle import (POST .../import).")
     retention: dict[str, Retention] = Field(
         default_factory=dict,
@@ -136,7 +143,11 @@ class Settings(BaseSettings):
     curator_tick_seconds: float = Field(5.0, gt=0, description="How often a curator runs the users whose L2 is due.")
     l2_delay_after_l1_seconds: float = Field(10.0, ge=0, description="L2 waits this long after an L1 pass.")
     l2_min_interval_seconds: float = Field(900.0, ge=0, description="At most one L2 pass per user per interval.")
-    l2_max_interval_seconds: float = Field(3600.0, gt=0)
+    l2_max_interval_seconds: float = Field(
+        3600.0,
+        gt=0,
+        description="After an L2 pass (or a failure) the next is due this much later; failures back off up to it.",
+    )
     l1_tick_seconds: float = Field(5.0, gt=0, description="How often a worker fires due idle/retry triggers.")
     l1_trigger_checkpoint_seconds: float = Field(
         1.0,
@@ -177,7 +188,7 @@ class Settings(BaseSettings):
     )
     embedder_model_path: Path | None = Field(None, description="Explicit MiniLM .onnx file or folder.")
     embedder_url: str | None = Field(None, description="OpenAI-compatible base URL for embedder='openai'.")
-    embedder_model: str = "all-MiniLM-L6-v2"
+    embedder_model: str = Field("all-MiniLM-L6-v2", description="Model name sent to the embeddings endpoint (openai).")
     embedder_threads: int | None = Field(
         None, ge=1, description="onnxruntime (minilm) or OpenMP (e5, default 2) threads; None: the runtime's default."
     )
@@ -190,7 +201,9 @@ class Settings(BaseSettings):
         default_factory=lambda: Path.home() / ".cache" / "mnemoflow-models",
         description="Where fetched models are kept (outside any checkout, so a fresh clone does not fetch again).",
     )
-    llm_engine: Literal["heuristic", "openai", "llama_cpp", "vllm"] = "heuristic"
+    llm_engine: Literal["heuristic", "openai", "llama_cpp", "vllm"] = Field(
+        "heuristic", description="The model engine of every LLM stage; heuristic runs each stage without a model."
+    )
     llm_url: str | None = Field(None, description="OpenAI-compatible base URL for llm_engine='openai'.")
     llm_model: str = Field("default", description="Model name (openai, vllm) sent to the engine.")
     llm_schema_format: Literal["json_schema", "json_object"] = Field(
@@ -199,11 +212,13 @@ class Settings(BaseSettings):
     llm_model_path: Path | None = Field(None, description="GGUF file for llm_engine='llama_cpp'.")
     llm_context_tokens: int = Field(4096, ge=256, description="llama_cpp: the context window it allocates.")
     llm_threads: int | None = Field(None, ge=1, description="llama_cpp: CPU threads; None: half the cores.")
-    llm_api_key: SecretStr | None = None
-    llm_timeout_seconds: float = Field(60.0, gt=0)
+    llm_api_key: SecretStr | None = Field(None, description="Bearer key sent to the OpenAI-compatible LLM server.")
+    llm_timeout_seconds: float = Field(60.0, gt=0, description="Deadline of one model call.")
     llm_replicas_min: int = Field(1, ge=0, description="Serve autoscaling of the llm deployment (cluster shape).")
-    llm_replicas_max: int = Field(1, ge=1)
-    llm_target_ongoing_requests: float = Field(8.0, gt=0)
+    llm_replicas_max: int = Field(1, ge=1, description="Most replicas Serve autoscales the llm deployment to.")
+    llm_target_ongoing_requests: float = Field(
+        8.0, gt=0, description="Requests in flight per llm replica that Serve's autoscaler aims for."
+    )
     llm_max_ongoing_requests: int = Field(
         64, ge=1, description="Concurrent calls one llm replica accepts (continuous-batching engines want many)."
     )
@@ -240,7 +255,9 @@ class Settings(BaseSettings):
     proxy_fail_open: bool = Field(
         True, description="Past the memory budget or on a memory error: forward untouched (True) or answer 503."
     )
-    proxy_upstream_timeout_seconds: float = Field(600.0, gt=0)
+    proxy_upstream_timeout_seconds: float = Field(
+        600.0, gt=0, description="Deadline of the upstream's answer to a proxied request (streams included)."
+    )
 
     @field_validator("api_keys", mode="before")
     @classmethod

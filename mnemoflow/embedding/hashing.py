@@ -1,4 +1,4 @@
-"""A deterministic, dependency-free embedder: feature hashing of word unigrams and bigrams.
+r"""A deterministic, dependency-free embedder: feature hashing of word unigrams and bigrams.
 
 Why: unit tests and the heuristic engine need vectors where shared words mean higher cosine, identical across
 processes and machines (so ``hash()``, which is salted per process, is not used), with no model to install.
