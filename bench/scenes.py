@@ -183,14 +183,17 @@ def event_recall(scenes: list[SceneBlock], events: list[str]) -> dict[str, float
         best.append(max((len(ws & b) / len(ws) for b in bodies), default=0.0))
         kept.append(len(ws & union) / len(ws))
     return {
-        "best_scene": statistics.fmean(best) if best else 0.0,
-        "all_scenes": statistics.fmean(kept) if kept else 0.0,
+        "best_scene": statistics.fmean(best) if best else None,
+        "all_scenes": statistics.fmean(kept) if kept else None,
         "n": len(best),
     }
 
 
-def gold_coverage(scenes: list[SceneBlock], persona: str, facts: list[str], events: list[str]) -> dict[str, float]:
-    """Shares of ``facts`` and ``events`` covered by the scenes plus the persona (see the module docstring)."""
+def gold_coverage(
+    scenes: list[SceneBlock], persona: str, facts: list[str], events: list[str]
+) -> dict[str, float | int | None]:
+    """Shares of ``facts`` and ``events`` covered by the scenes plus the persona (see the module docstring); None
+    for a kind the user has none of (our Chinese set has facts only)."""
     seen = set(content_words("\n".join([persona, *(f"{b.summary}\n{b.body}" for b in scenes)])))
 
     def covered(texts: list[str]) -> list[bool]:
@@ -199,9 +202,9 @@ def gold_coverage(scenes: list[SceneBlock], persona: str, facts: list[str], even
 
     f, e = covered(facts), covered(events)
     return {
-        "facts": statistics.fmean(f) if f else 0.0,
-        "events": statistics.fmean(e) if e else 0.0,
-        "combined": statistics.fmean(f + e) if f + e else 0.0,
+        "facts": statistics.fmean(f) if f else None,
+        "events": statistics.fmean(e) if e else None,
+        "combined": statistics.fmean(f + e) if f + e else None,
         "n_facts": len(f),
         "n_events": len(e),
     }
@@ -367,14 +370,16 @@ def main() -> None:
                     file=sys.stderr,
                 )
 
-    def mean(path: list[str]) -> float:
+    def mean(path: list[str]) -> float | None:
+        """The mean over users that have a value (None: no user has one)."""
         vals = []
         for r in rows:
             v: Any = r
             for p in path:
                 v = v[p]
             vals.append(v)
-        return round(statistics.fmean(vals), 4)
+        present = [v for v in vals if v is not None]
+        return round(statistics.fmean(present), 4) if present else None
 
     summary = {
         engine: {
@@ -427,7 +432,7 @@ def main() -> None:
     result["naming"] = naming
     h, c = summary["heuristic"], summary["chronological"]
     quality = [
-        [label, f"{h_value:.3f}", f"{c_value:.3f}"]
+        [label, "n/a" if h_value is None else f"{h_value:.3f}", "n/a" if c_value is None else f"{c_value:.3f}"]
         for label, h_value, c_value in (
             ("gold-fact coverage, combined", h["gold_fact_coverage"]["combined"], c["gold_fact_coverage"]["combined"]),
             ("gold-fact coverage, facts", h["gold_fact_coverage"]["facts"], c["gold_fact_coverage"]["facts"]),
@@ -450,7 +455,10 @@ def main() -> None:
         ],
         ["scene names holding a stop word", str(naming["scene_name_stop_words"])],
         ["names holding the other speaker's name", str(naming["other_speaker_in_names"])],
-        ["persona lines quoting the other speaker", str(naming["persona_lines_quoting_other"] or "n/a (gold atoms)")],
+        [
+            "persona lines quoting the other speaker",
+            "n/a (gold atoms)" if args.atoms == "gold" else str(naming["persona_lines_quoting_other"]),
+        ],
     ]
     tables = [
         Table(
