@@ -147,18 +147,29 @@ def http_api_page() -> str:
             "tenant. What the routes do together is in [Concepts](../concepts/memory.md) and",
             "[Data and governance](../operations/data.md).",
             "",
-            _demote_headings(body),
+            "Bad input gets a 4xx with the reason and writes nothing: missing or mistyped fields and ids with path",
+            "characters (422), a malformed chat array or a window too small for the last user message (400, naming",
+            "the problem), a body over the limit (413), a missing or unknown key (401), a tenant over its rate limit",
+            "(429 with `Retry-After`). Submitting the same ids again is harmless: every sink is idempotent by id. The",
+            "memory routes answer 404 for an atom, user, session or operation this tenant does not have (another",
+            "tenant's ids included), 422 for a patch that breaks the schema or sets nothing, and 409 for an",
+            "`Idempotency-Key` reused with another body.",
+            "",
+            _nest_headings(body),
         ]
     )
 
 
-def _demote_headings(markdown: str) -> str:
-    """The generated document opens with its own title (``# mnemoflow``): nest it under the page's (headings
-    only, not lines of a fenced example)."""
+def _nest_headings(markdown: str) -> str:
+    """The generated document opens with its own title (``# mnemoflow 0.1.0``), which the page's replaces, and
+    puts each response at its route's level: a response goes one level under its route, so the table of contents
+    lists the routes alone (headings only, not lines of a fenced example)."""
     out, fenced = [], False
     for line in markdown.splitlines():
         fenced ^= line.startswith("```")
-        out.append("#" + line if line.startswith("#") and not fenced else line)
+        if not fenced and line.startswith("# "):
+            continue
+        out.append("#" + line if not fenced and line.startswith("### Response ") else line)
     return "\n".join(out)
 
 
