@@ -40,8 +40,6 @@ import argparse
 import asyncio
 import hashlib
 import importlib.util
-import json
-import platform
 import re
 import statistics
 import sys
@@ -53,7 +51,10 @@ from typing import Any
 
 import numpy as np
 
-from mnemoflow.config import Settings
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.report import Run, Table  # noqa: E402
+from mnemoflow.config import Settings  # noqa: E402
 from mnemoflow.embedding.factory import build_embedder
 from mnemoflow.events import TurnEvent
 from mnemoflow.index.sqlite import SqliteVectorStore
@@ -457,10 +458,14 @@ def main() -> None:
     out = (
         Path(args.out)
         if args.out
-        else ROOT / "bench" / "results" / (f"locomo_recall-{data.stem}.json" if args.data else "locomo_recall.json")
+        else ROOT
+        / "bench"
+        / "results"
+        / f"locomo_recall{f'-{data.stem}' if args.data else ''}{'-quick' if args.quick else ''}.json"
     )
     convs = loaders.load_locomo(str(data))
     convs = convs[:1] if args.quick else convs
+    run = Run("locomo_recall", f"Evidence recall on {data.stem}: L1 atoms (heuristic) against raw-turn baselines")
     embedder = build_embedder(Settings(embedder=args.embedder))
     counters = {"turns": 0, "passes": 0, "llm_calls": 0, "model_calls_needed": 0}
     t0 = time.perf_counter()
@@ -543,48 +548,55 @@ def main() -> None:
             "duplicate_cosine": near,
             "ingest_and_extract_s": round(ingest_s, 1),
             "data": str(data.name),
-            "command": " ".join(["python bench/locomo_recall.py", *sys.argv[1:]]),
-            "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
         }
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1, ensure_ascii=False))
-    print(
-        f"{data.name}: {len(convs)} conv, {counters['turns']} turns, {atoms} atoms, engine heuristic, "
-        f"{embedder.model_id} + SQLite"
-    )
+    run.finish(tables(result), result, out, notes=notes(result))
+
+
+def tables(result: dict[str, Any]) -> list[Table]:
+    """Recall per system, asked of both memories and of the named speaker's, with each category at 10."""
+    out = []
     named = result["asked_of_named_speaker"]
-    for title, table in (("asked of both memories", result), ("asked of the named speaker's memory", named)):
+    for title, table in (("asked of both speakers' memories", result), ("asked of the named speaker's memory", named)):
         cats = table["recall_at_10"]["by_category"]
-        print(
-            f"{title}:\n{'system':12} {'R@5':>7} {'R@10':>7} {'R@10 budg':>9}  " + "  ".join(f"c{c}@10" for c in cats)
-        )
-        for s in SYSTEMS:
-            cats = "  ".join(f"{v[s]:6.3f}" for v in table["recall_at_10"]["by_category"].values())
-            print(
-                f"{s:12} {table['recall_at_5'][s]:7.3f} {table['recall_at_10'][s]:7.3f} "
-                f"{table['recall_at_10_budgeted'][s]:9.3f}  {cats}"
-            )
-    print(
-        f"source turns per returned atom (hybrid top-10): {result['source_turns_per_atom']['hybrid']}; "
-        f"query embedding {result['query_embedding_ms']} ms per question"
-    )
+        names = result["category_mapping"]
+        rows = [
+            [
+                system,
+                f"{table['recall_at_5'][system]:.3f}",
+                f"{table['recall_at_10'][system]:.3f}",
+                f"{table['recall_at_10_budgeted'][system]:.3f}",
+                *(f"{v[system]:.3f}" for v in cats.values()),
+            ]
+            for system in SYSTEMS
+        ]
+        columns = ["system", "R@5", "R@10", "R@10 at equal tokens", *(f"{names.get(c, c)} @10" for c in cats)]
+        out.append(Table(title=f"Evidence recall, {title}", columns=columns, rows=rows))
+    lat = result["latency_ms"]
     if lat:
-        print(
-            f"latency (hybrid recall, {lat['atoms']} atoms, no query embedding): "
-            f"p50 {lat['p50']} ms, p99 {lat['p99']} ms"
+        out.append(
+            Table(
+                title="Hybrid recall latency (no query embedding)",
+                columns=["atoms", "p50 ms", "p99 ms"],
+                rows=[[f"{lat['atoms']:,}", str(lat["p50"]), str(lat["p99"])]],
+            )
         )
-    b = result["model_calls_breakdown"]
-    print(
-        f"LLM calls/100 turns: {result['llm_calls_per_100_turns']} (a model engine would need "
-        f"{result['model_calls_per_100_turns_if_model_engine']}: {b['extraction_windows']} extraction calls + "
-        f"{b['judge_passes_still_needed']} judge calls; {b['per_100_turns_if_model_left_every_open_atom_undecided']}"
-        f" if the model decided nothing); duplicate rate {result['duplicate_rate']}"
-    )
-    print(
-        f"evidence turns no live atom cites: {uncited['without_atom']} / {uncited['evidence_turns']} "
-        f"({uncited['share_without_atom']:.1%})"
-    )
+    return out
+
+
+def notes(result: dict[str, Any]) -> list[str]:
+    b, uncited = result["model_calls_breakdown"], result["evidence_turns_without_atom"]
+    return [
+        f"{result['data']}: {len(result['conversations'])} conversations, {result['turns']} turns, {result['atoms']}"
+        f" atoms; engine heuristic, {result['embedder']} + SQLite; query embedding {result['query_embedding_ms']} ms"
+        " per question",
+        f"source turns per returned atom (hybrid top 10): {result['source_turns_per_atom']['hybrid']}",
+        f"LLM calls per 100 turns: {result['llm_calls_per_100_turns']}; a model engine would need"
+        f" {result['model_calls_per_100_turns_if_model_engine']} ({b['extraction_windows']} extraction calls +"
+        f" {b['judge_passes_still_needed']} judge calls); duplicate rate {result['duplicate_rate']}",
+        f"evidence turns no live atom cites: {uncited['without_atom']} / {uncited['evidence_turns']}"
+        f" ({uncited['share_without_atom']:.1%})",
+    ]
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ import argparse
 import asyncio
 import hashlib
 import json
-import platform
+import os
 import re
 import shutil
 import statistics
@@ -58,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.locomo_recall import TurnClock, heuristic_pipeline, within, workspace  # noqa: E402
+from bench.report import Run, Table  # noqa: E402
 from mnemoflow.config import Settings  # noqa: E402
 from mnemoflow.embedding.factory import build_embedder  # noqa: E402
 from mnemoflow.events import TurnEvent  # noqa: E402
@@ -201,8 +202,9 @@ def main() -> None:
     suffix = "".join(f"-{part}" for part in ("quick" if args.quick else "", args.types or "") if part)
     out = Path(args.out) if args.out else ROOT / "bench" / "results" / f"longmemeval_recall{suffix}.json"
     embedder = build_embedder(Settings(embedder=args.embedder))
+    run = Run("longmemeval_recall", "Evidence recall on LongMemEval-S dev: L1 atoms (heuristic) against raw turns")
     records = measure(items, Path(args.records) if args.records else out.with_suffix(".jsonl"), embedder)
-    report(items, records, embedder, out)
+    report(run, items, records, embedder, out)
 
 
 # What of ``mnemoflow/`` a record depends on: everything this benchmark loads (checked after every question by
@@ -306,6 +308,7 @@ def measure(items: list[dict[str, Any]], done_file: Path, embedder: Embedder) ->
         finally:
             shutil.rmtree(work, ignore_errors=True)
         check_fingerprinted()
+        record["load_1m"] = round(os.getloadavg()[0], 2)  # a resumed report spans runs: each record keeps its load
         with done_file.open("a") as fh:
             fh.write(json.dumps(record) + "\n")
         records.append(record)
@@ -367,7 +370,7 @@ def measure_one(item: dict[str, Any], work: Path, embedder: Embedder, code: str)
     return record
 
 
-def report(items: list[dict[str, Any]], records: list[dict[str, Any]], embedder: Embedder, out: Path) -> None:
+def report(run: Run, items: list[dict[str, Any]], records: list[dict[str, Any]], embedder: Embedder, out: Path) -> None:
     def table(measure: str) -> dict[str, Any]:
         per: dict[str, dict[str, list[int]]] = {s: defaultdict(list) for s in SYSTEMS}
         for r in records:
@@ -403,24 +406,38 @@ def report(items: list[dict[str, Any]], records: list[dict[str, Any]], embedder:
             "session": "a top-5 item comes from an answer_session_ids session",
         },
         "elapsed_s": round(elapsed, 1),
-        "command": " ".join(["python bench/longmemeval_recall.py", *sys.argv[1:]]),
-        "machine": {"python": platform.python_version()},
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
-    print(
-        f"LongMemEval-S dev: {len(items)} questions, {counts['turns']} turns, {counts['atoms']} atoms, "
-        f"heuristic engine, {embedder.model_id} + SQLite, {elapsed:.0f} s"
-    )
-    print(f"{'system':11} {'turn R@10':>9} {'budgeted':>9} {'sess R@5':>9}")
-    for s in SYSTEMS:
-        print(
-            f"{s:11} {result['turn_recall_at_10'][s]:9.3f} {result['turn_recall_at_10_budgeted'][s]:9.3f} "
-            f"{result['session_recall_at_5'][s]:9.3f}"
-        )
-    for kind, row in result["turn_recall_at_10"]["by_type"].items():
-        print(f"  {kind:26} turn R@10 " + "  ".join(f"{s} {row[s]:.2f}" for s in SYSTEMS))
-    print(f"source turns per returned atom (hybrid top-10): {result['source_turns_per_atom']['hybrid']}")
+    overall = [
+        [
+            system,
+            f"{result['turn_recall_at_10'][system]:.3f}",
+            f"{result['turn_recall_at_10_budgeted'][system]:.3f}",
+            f"{result['session_recall_at_5'][system]:.3f}",
+        ]
+        for system in SYSTEMS
+    ]
+    by_type = [
+        [kind, *(f"{row[system]:.2f}" for system in SYSTEMS)]
+        for kind, row in result["turn_recall_at_10"]["by_type"].items()
+    ]
+    loads = [r["load_1m"] for r in records if "load_1m" in r]
+    notes = [
+        f"{len(items)} questions, {counts['turns']:,} turns, {counts['atoms']:,} atoms; heuristic engine,"
+        f" {embedder.model_id} + SQLite; {elapsed:,.0f} s of question time in all (a resumed run adds its records'"
+        " time)",
+        f"source turns per returned atom (hybrid top 10): {result['source_turns_per_atom']['hybrid']}",
+    ]
+    if loads:
+        notes.append(f"load average after each question: {min(loads)} to {max(loads)}")
+    tables = [
+        Table(
+            title="Evidence recall over all questions",
+            columns=["system", "turn R@10", "turn R@10 at equal tokens", "session R@5"],
+            rows=overall,
+        ),
+        Table(title="Turn R@10 by question type", columns=["type", *SYSTEMS], rows=by_type),
+    ]
+    run.finish(tables, result, out, notes=notes)
 
 
 if __name__ == "__main__":
