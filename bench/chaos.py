@@ -26,7 +26,8 @@ What it does:
    parser, and every shard must agree with its sessions' logs. Then SIGTERM to ``up``, which must stop
    everything it started.
 
-Prints a table and writes ``bench/results/chaos.json`` (with ``targets``: each of the above as yes or no).
+Prints the tables and writes ``bench/results/chaos.json`` (``chaos-quick.json`` with ``--quick``), with
+``targets``: each of the above as yes or no.
 ``--quick`` (a LoCoMo conversation, a few trajectories) takes under 5 minutes on 2 cores. Nothing is left
 running, even on Ctrl-C: the stack's process group and every process ever seen below it are killed on the way
 out.
@@ -73,6 +74,7 @@ from bench.chaos_checks import (  # noqa: E402
     wait_quiet,
 )
 from bench.chaos_stack import UpProcess, free_port  # noqa: E402
+from bench.report import Run, Table  # noqa: E402
 from mnemoflow.client.calls import batches as chunks  # noqa: E402
 from mnemoflow.events import ToolResultIn, TurnIn  # noqa: E402
 from mnemoflow.replay import from_locomo, from_messages  # noqa: E402
@@ -827,66 +829,63 @@ def summarise(acked: dict[Key, Acked], out: Outcome, injections: list[Injection]
     }
 
 
-def report(result: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(width=max(Console().width, 130))
-    table = Table(
-        title=f"chaos ({'quick' if result['quick'] else 'full'}, broker {result.get('broker')}, "
-        f"{result.get('events_acked', 0)} events acked, {result['cpus']} cores)"
-    )
-    for col in ("fault", "count", "recovered", "acked in window", "lost", "duplicated", "recovery p50 / max (s)"):
-        table.add_column(col)
+def tables(result: dict[str, Any]) -> list[Table]:
+    """Faults by kind with what they cost, then the checks after quiescence."""
+    rows = []
     for kind, row in result.get("by_fault", {}).items():
         rec = row["recovery_s"]
-        table.add_row(
-            kind,
-            str(row["injected"]),
-            f"{row['recovered']}/{row['injected']}",
-            str(row["acked"]),
-            str(row["lost"]),
-            str(row["duplicated"]),
-            f"{rec['p50']} / {rec['max']}",
+        rows.append(
+            [
+                kind,
+                str(row["injected"]),
+                f"{row['recovered']}/{row['injected']}",
+                str(row["acked"]),
+                str(row["lost"]),
+                str(row["duplicated"]),
+                f"{rec['p50']} / {rec['max']}",
+            ]
         )
     rec = result.get("recovery_s", {})
-    table.add_row(
-        "all events",
-        "",
-        "",
-        str(result.get("events_acked")),
-        str(result.get("lost")),
-        str(result.get("duplicated")),
-        f"{rec.get('p50')} / {rec.get('max')}",
-        style="bold",
+    rows.append(
+        [
+            "all events",
+            "",
+            "",
+            str(result.get("events_acked")),
+            str(result.get("lost")),
+            str(result.get("duplicated")),
+            f"{rec.get('p50')} / {rec.get('max')}",
+        ]
     )
-    console.print(table)
     l1, canv, stop = result.get("l1", {}), result.get("canvases", {}), result.get("stop", {})
-    checks = Table(title="after quiescence", show_header=False)
-    checks.add_row(
-        "refs byte-exact / content equal",
-        f"mismatched {result.get('mismatched')}, refs not exact {result.get('checks', {}).get('refs_not_byte_exact')}",
-    )
-    checks.add_row(
-        "L1 second pass",
-        f"atoms {l1.get('atoms_before')} → {l1.get('atoms_after')} "
-        f"(added {l1.get('added_by_second_pass')}), settled {l1.get('settled_second')}, "
-        f"unextracted user turns {l1.get('unextracted_user_turns')}",
-    )
-    checks.add_row("canvases valid", f"{canv.get('valid')}/{canv.get('count')} ({canv.get('checker')})")
-    checks.add_row(
-        "shard state = offload log",
-        f"{result.get('shard_state', {}).get('disagree_count')} disagree "
-        f"of {result.get('shard_state', {}).get('sessions')}",
-    )
-    checks.add_row(
-        "SIGTERM stop",
-        f"exit {stop.get('exit_code')} in {stop.get('stop_s')}s, left running {len(stop.get('leftover', []))}",
-    )
-    checks.add_row("wall time", f"{result.get('seconds')}s (startup {result.get('startup_s')}s)")
-    console.print(checks)
+    shard = result.get("shard_state", {})
     missed = [name for name, ok in result.get("targets", {}).items() if not ok]
-    console.print("[green]every target met[/]" if not missed else f"[red]targets missed[/]: {', '.join(missed)}")
+    checks = [
+        [
+            "refs byte-exact / content equal",
+            f"mismatched {result.get('mismatched')},"
+            f" refs not exact {result.get('checks', {}).get('refs_not_byte_exact')}",
+        ],
+        [
+            "L1 second pass",
+            f"atoms {l1.get('atoms_before')} → {l1.get('atoms_after')} (added {l1.get('added_by_second_pass')}),"
+            f" settled {l1.get('settled_second')}, unextracted user turns {l1.get('unextracted_user_turns')}",
+        ],
+        ["canvases valid", f"{canv.get('valid')}/{canv.get('count')} ({canv.get('checker')})"],
+        ["shard state = offload log", f"{shard.get('disagree_count')} disagree of {shard.get('sessions')}"],
+        [
+            "SIGTERM stop",
+            f"exit {stop.get('exit_code')} in {stop.get('stop_s')} s, left running {len(stop.get('leftover', []))}",
+        ],
+        ["wall time", f"{result.get('seconds')} s (startup {result.get('startup_s')} s)"],
+        ["targets", "every target met" if not missed else f"missed: {', '.join(missed)}"],
+    ]
+    columns = ["fault", "count", "recovered", "acked in window", "lost", "duplicated", "recovery p50 / max (s)"]
+    title = f"Faults injected (broker {result.get('broker')}, {result.get('events_acked', 0)} events acked)"
+    return [
+        Table(title=title, columns=columns, rows=rows),
+        Table(title="After quiescence", columns=["check", "result"], rows=checks),
+    ]
 
 
 def main() -> None:
@@ -894,10 +893,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one LoCoMo conversation, a few trajectories (< 5 min)")
     parser.add_argument("--faults", help=f"comma-separated fault kinds (default: {','.join(SCHEDULE)})")
     parser.add_argument("--keep", action="store_true", help="keep the data and log folder (printed at the end)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "chaos.json")
+    parser.add_argument("--out", type=Path, help="default bench/results/chaos.json (chaos-quick.json with --quick)")
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="mnemoflow-chaos-"))
+    run_ = Run(
+        "chaos", "Chaos: faults injected into a running stack under real traffic, every acknowledged event checked"
+    )
 
     def on_term(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt  # the same clean-up as Ctrl-C
@@ -910,10 +912,10 @@ def main() -> None:
             shutil.rmtree(root, ignore_errors=True)
     if not args.keep:
         del result["data_dir"]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    report(result)
-    print(f"wrote {args.out}" + (f"; data and logs kept in {root}" if args.keep else ""))
+    out = args.out or ROOT / "bench" / "results" / f"chaos{'-quick' if args.quick else ''}.json"
+    run_.finish(tables(result), json.loads(json.dumps(result, default=str)), out)
+    if args.keep:
+        print(f"data and logs kept in {root}")
 
 
 if __name__ == "__main__":

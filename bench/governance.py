@@ -19,7 +19,7 @@ Two parts, on real files and the SQLite atom index, with MiniLM (``--embedder`` 
     python bench/governance.py                 # the issue's scale
     python bench/governance.py --quick         # 500 atoms, 10 days, hashing embedder: a smoke run
 
-Prints a table and writes ``bench/results/governance.json``.
+Prints a table and writes ``bench/results/governance.json`` (``governance-quick.json`` with ``--quick``).
 """
 
 from __future__ import annotations
@@ -28,10 +28,9 @@ import argparse
 import asyncio
 import io
 import json
-import os
-import platform
 import random
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -39,7 +38,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from mnemoflow.config import Settings
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.report import Run, Table  # noqa: E402
+from mnemoflow.config import Settings  # noqa: E402
 from mnemoflow.embedding.factory import build_embedder
 from mnemoflow.events import TurnEvent
 from mnemoflow.governance.applier import OperationApplier
@@ -278,37 +280,31 @@ def main() -> None:
         help="minilm: the figures in the README; e5 is the stack's default (about 8x the cost)",
     )
     parser.add_argument("--quick", action="store_true", help="500 atoms, 10 days, hashing embedder")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, help="default bench/results/governance.json (-quick.json with --quick)")
     args = parser.parse_args()
     if args.quick:
         args.atoms, args.days, args.embedder = 500, 10, "hashing"
+    run_ = Run(
+        "governance", f"Governance: erase, export, import and reindex at {args.atoms:,} atoms over {args.days} days"
+    )
     workdir = Path(tempfile.mkdtemp(prefix="mnemoflow-governance-"))
     try:
         result = run(args.atoms, args.days, args.embedder, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    result["machine"] = {
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "load_average_1m_at_end": os.getloadavg()[0],
-    }
-    result["measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
     rows = [
-        ("erase_s", f"{result['erase_s']:.2f}"),
-        ("export atoms/s", f"{result['export_atoms_per_s']:.0f}"),
-        ("import atoms/s", f"{result['import_atoms_per_s']:.0f}"),
-        ("reindex atoms/s", f"{result['reindex_atoms_per_s']:.0f}"),
-        ("agreement import", f"{result['recall_agreement']['import']:.3f}"),
-        ("agreement reindex", f"{result['recall_agreement']['reindex']:.3f}"),
-        ("residue bytes", str(result["residue_bytes_after_erase"])),
-        ("others untouched", str(all(result["others_untouched"].values()))),
+        ["erase one user (s)", f"{result['erase_s']:.2f}"],
+        ["export (atoms/s)", f"{result['export_atoms_per_s']:.0f}"],
+        ["import (atoms/s)", f"{result['import_atoms_per_s']:.0f}"],
+        ["reindex (atoms/s)", f"{result['reindex_atoms_per_s']:.0f}"],
+        ["recall agreement after import", f"{result['recall_agreement']['import']:.3f}"],
+        ["recall agreement after reindex", f"{result['recall_agreement']['reindex']:.3f}"],
+        ["bytes of the erased user left anywhere", str(result["residue_bytes_after_erase"])],
+        ["other users untouched", str(all(result["others_untouched"].values()))],
     ]
-    for name, value in rows:
-        print(f"{name:<20} {value:>12}")
-    print(f"wrote {args.out}")
+    out = args.out or RESULTS.with_name(f"governance{'-quick' if args.quick else ''}.json")
+    table = Table(title=f"Governance, embedder {args.embedder}", columns=["measure", "value"], rows=rows)
+    run_.finish([table], result, out)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ index.
   also timed on both paths, one right after the other: ``added_ms_per_step`` is what an agent loop of real
   trajectories waits for the proxy (arrays growing to the window, a new tool result captured at every step).
 
-Writes ``bench/results/proxy.json``. Usage: ``python bench/proxy.py [--quick]``.
+Writes ``bench/results/proxy.json`` (``proxy-quick.json`` with ``--quick``). Usage: ``python bench/proxy.py [--quick]``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -42,6 +41,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.report import Run, Table  # noqa: E402
 from mnemoflow.cli.stack import Stack  # noqa: E402
 from mnemoflow.client import Client  # noqa: E402
 from mnemoflow.config import Settings  # noqa: E402
@@ -242,6 +242,7 @@ def main() -> None:
         rate_limit_burst=10_000,
         embedder=args.embedder,
     )
+    run = Run("proxy", f"Proxy: added latency over a {args.upstream_ms:.0f} ms upstream, and prompt tokens saved")
     stack = Stack(settings)
     try:
         stack.start()
@@ -270,31 +271,44 @@ def main() -> None:
         "seeded_atoms_found": atoms,
         "quick": args.quick,
         "embedder": args.embedder,
-        "load_average": os.getloadavg(),
     }
-    out = ROOT / "bench" / "results" / "proxy.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
     first, repeat = lat["first"], lat["repeat"]
-    print(
-        f"direct to the stub ({args.upstream_ms:.0f} ms): p50 {lat['direct_ms']['p50']:.1f} ms, "
-        f"p99 {lat['direct_ms']['p99']:.1f} ms; Serve's floor (GET /health/live) p50 "
-        f"{lat['serve_floor_ms']['p50']:.1f} ms; embedder {args.embedder}; load average {os.getloadavg()[0]:.1f}"
-    )
-    for name, m in (("first request of a session", first), ("same array again", repeat)):
-        print(
-            f"{name:28} added p50 {m['added_ms']['p50']:6.1f} ms  p99 {m['added_ms']['p99']:6.1f} ms   "
-            f"(memory side p50 {m['memory_side_ms']['p50']:.1f} ms, p99 {m['memory_side_ms']['p99']:.1f} ms; "
-            f"p50 {', '.join(f'{k} {v:.1f}' for k, v in m['stages_ms_p50'].items())}; slowest {m['slowest']})"
-        )
-    print(
-        f"prompt tokens over {tokens['requests']} steps of {n_trajs} OpenHands runs at {args.window:,}: "
-        f"direct {tokens['direct']:,}, proxy {tokens['proxy']:,} ({tokens['saved']:.1%} saved); added latency "
-        f"per step p50 {tokens['added_ms_per_step']['p50']:.1f} ms, p99 {tokens['added_ms_per_step']['p99']:.1f} ms "
-        f"(memory side p50 {tokens['memory_side_ms_per_step']['p50']:.1f} ms; "
-        f"p50 {', '.join(f'{k} {v:.1f}' for k, v in tokens['stages_ms_p50'].items())}; "
-        f"slowest {tokens['slowest_step']})"
-    )
-    print(f"wrote {out}")
+    stages = sorted({*first["stages_ms_p50"], *repeat["stages_ms_p50"], *tokens["stages_ms_p50"]})
+
+    def row(name: str, added: dict[str, float], memory: dict[str, float], by_stage: dict[str, float]) -> list[str]:
+        cells = [f"{added['p50']:.1f}", f"{added['p99']:.1f}", f"{memory['p50']:.1f}"]
+        return [name, *cells, *(f"{by_stage[k]:.1f}" if k in by_stage else "" for k in stages)]
+
+    rows = [
+        row("first request of a session", first["added_ms"], first["memory_side_ms"], first["stages_ms_p50"]),
+        row("same array again", repeat["added_ms"], repeat["memory_side_ms"], repeat["stages_ms_p50"]),
+        row(
+            f"step of an agent run ({n_trajs} OpenHands runs)",
+            tokens["added_ms_per_step"],
+            tokens["memory_side_ms_per_step"],
+            tokens["stages_ms_p50"],
+        ),
+    ]
+    columns = ["request", "added p50 ms", "added p99 ms", "memory side p50 ms", *(f"{k} p50 ms" for k in stages)]
+    saved = [
+        ["direct", f"{tokens['direct']:,}"],
+        ["through the proxy", f"{tokens['proxy']:,} ({tokens['saved']:.1%} saved)"],
+    ]
+    notes = [
+        f"direct to the stub: p50 {lat['direct_ms']['p50']:.1f} ms, p99 {lat['direct_ms']['p99']:.1f} ms; Serve's floor"
+        f" (GET /health/live) p50 {lat['serve_floor_ms']['p50']:.1f} ms; query embedder {args.embedder}",
+        f"slowest: first request {first['slowest']}; agent step {tokens['slowest_step']}",
+    ]
+    tables = [
+        Table(title=f"Latency the proxy adds, {n_requests} requests per kind", columns=columns, rows=rows),
+        Table(
+            title=f"Prompt tokens over {tokens['requests']} steps at a {args.window:,}-token window",
+            columns=["path", "prompt tokens"],
+            rows=saved,
+        ),
+    ]
+    out = ROOT / "bench" / "results" / f"proxy{'-quick' if args.quick else ''}.json"
+    run.finish(tables, result, out, notes=notes)
 
 
 if __name__ == "__main__":

@@ -19,15 +19,13 @@ replicas) serves three measurements in the same run:
 
 Each phase also records the CPU seconds each kind of process used (workers, broker, api and extractor replicas,
 Milvus, Ray's own processes, this driver), so that efficiency can be read against the two cores of this machine.
-Prints a table and writes bench/results/scale.json (``kafka_to_l0_events_per_s`` for 1 worker also goes into
-bench/results/ingest.json, next to what bench/ingest.py measured).
+Prints the tables and writes bench/results/scale.json (scale-quick.json with --quick).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import tempfile
@@ -48,6 +46,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_worker_niceness", "0")
 
 from bench.ingest import produce  # noqa: E402
+from bench.report import Run, Table  # noqa: E402
 from mnemoflow.config import TOPIC_TURNS, WORKER_GROUP  # noqa: E402
 from mnemoflow.events import TurnEvent  # noqa: E402
 from tests.cluster import TENANT, ClusterShape, LocalCluster  # noqa: E402
@@ -415,6 +414,7 @@ def main() -> None:
     watch_s = 12.0 if args.quick else 30.0
     texts, questions = locomo()
     started = time.perf_counter()
+    run = Run("scale", "Scale-out on one host: what adding workers and replicas adds, and recovery from faults")
     # A dead worker's partitions move after the session timeout: 15 s here (30 s by default), said in the JSON.
     settings = {"l1_enabled": False, "worker_session_timeout": 15.0}
     shape = ClusterShape(workers=3, api_replicas=2, extractor_replicas=2, settings=settings)
@@ -459,41 +459,61 @@ def main() -> None:
         "cluster_start_s": up_s,
         "worker_session_timeout_s": settings["worker_session_timeout"],
         "quick": args.quick,
-        "cpus": os.cpu_count(),
-        "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
-        "seconds": round(time.perf_counter() - started, 1),
     }
-    out = ROOT / "bench" / "results" / "scale.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    ingest_json = ROOT / "bench" / "results" / "ingest.json"
-    previous = json.loads(ingest_json.read_text()) if ingest_json.exists() else {}
-    previous["kafka_to_l0_events_per_s_one_worker_cluster"] = ingest["1"]["events_per_s"]
-    ingest_json.write_text(json.dumps(previous, indent=2) + "\n")
-    print_table(results)
-    print(f"wrote {out}")
+    out = ROOT / "bench" / "results" / f"scale{'-quick' if args.quick else ''}.json"
+    run.finish(tables(results), results, out)
 
 
-def print_table(r: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"scale-out on one host ({r['cpus']} cores, load {r['load_avg_1m_at_end']} at the end)")
-    for col in ("stage", "1", "2", "3", "CPU s of the stage's own processes (1 / 2 / 3)"):
-        table.add_column(col)
-
+def tables(r: dict[str, Any]) -> list[Table]:
     def own(phase: str, kind: str) -> str:
         return " / ".join(str(v.get(kind, 0.0)) for v in r["cpu_s"][phase].values())
 
-    k = r["kafka_to_l0_events_per_s"]
-    table.add_row("Kafka → L0 (events/s, workers)", str(k["1"]), str(k["2"]), str(k["3"]), own("ingest", "workers"))
-    w = r["kafka_to_l0_events_per_worker_cpu_s"]
-    table.add_row("Kafka → L0 per worker CPU second", str(w["1"]), str(w["2"]), str(w["3"]), "")
-    e = r["extraction_jobs_per_s"]
-    table.add_row("extraction (jobs/s, replicas)", str(e["1"]), str(e["2"]), "", own("extraction", "extractor"))
-    q = r["recall_rps"]
-    table.add_row("recall via API (req/s, replicas)", str(q["1"]), str(q["2"]), "", own("recall", "api"))
-    Console().print(table)
+    k, w = r["kafka_to_l0_events_per_s"], r["kafka_to_l0_events_per_worker_cpu_s"]
+    e, q = r["extraction_jobs_per_s"], r["recall_rps"]
+    rows = [
+        ["Kafka → L0 (events/s), workers", str(k["1"]), str(k["2"]), str(k["3"]), own("ingest", "workers")],
+        ["Kafka → L0 per worker CPU second", str(w["1"]), str(w["2"]), str(w["3"]), ""],
+        [
+            "extraction (jobs of 40 turns/s), extractor replicas",
+            str(e["1"]),
+            str(e["2"]),
+            "",
+            own("extraction", "extractor"),
+        ],
+        [
+            "recall through the API (req/s, 16 clients), api replicas",
+            str(q["1"]),
+            str(q["2"]),
+            "",
+            own("recall", "api"),
+        ],
+    ]
+    rec = r["recovery"]
+    worker, replica, node = rec["worker_sigkill"], rec["api_replica_sigkill"], rec["second_node_raylet_sigkill"]
+    faults = [
+        [
+            "SIGKILL one of three workers",
+            f"users back p50 {worker['p50_s']} s, max {worker['max_s']} s"
+            f" (session timeout {r['worker_session_timeout_s']} s)",
+        ],
+        [
+            "SIGKILL one of two api replicas",
+            f"{replica['failed_requests']} requests failed, none after {replica['last_failure_s']} s",
+        ],
+        [
+            "SIGKILL the second Ray node's raylet",
+            f"node dead after {node['node_declared_dead_s']} s;"
+            f" its session served again after {node['session_served_again_s']} s",
+        ],
+    ]
+    return [
+        Table(
+            title="Throughput by number of processes",
+            columns=["stage", "1", "2", "3", "CPU s of the stage's own processes (1 / 2 / 3)"],
+            rows=rows,
+        ),
+        Table(title="Recovery from faults (same run)", columns=["fault", "recovery"], rows=faults),
+    ]
 
 
 if __name__ == "__main__":
