@@ -12,10 +12,11 @@ import contextlib
 import fcntl
 import functools
 import os
+import threading
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from opentelemetry.trace import SpanKind
 from ray import serve
@@ -34,6 +35,8 @@ from mnemoflow.tracing import Tracing, from_traceparent, setup_tracing
 from serving.llm import llm_factory
 from serving.loopback import keep_replica_on_loopback
 
+T = TypeVar("T")
+
 
 def lower_priority(increment: int) -> None:
     """Raise this process's niceness by ``increment`` (at most 19): every thread's, because Linux keeps a niceness
@@ -45,6 +48,30 @@ def lower_priority(increment: int) -> None:
             os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + increment))
 
 
+class PassLoop:
+    """An event loop on a thread of its own for the work of the model-free engines.
+
+    Why: a pass of the heuristic engines is CPU work from its first line to its last (extraction, embedding,
+    dedup, index writes, with no model to await), so on the replica's own loop it held every other request until
+    it ended: on a busy machine ``/health`` reported the extractor failing ("no answer within 1.5s") while it was
+    only extracting, and new batches waited for the whole backlog. Here the replica's loop stays free (it gets the
+    interpreter every few milliseconds), and everything that touches the pipeline and the index runs on this one
+    loop, so passes and operations still interleave only where they await, as they did on the replica's loop (the
+    SQLite index is one connection: two threads must not interleave its transactions)."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._loop.run_forever, name="l1-passes", daemon=True).start()
+
+    def run(self, work: Callable[[], Awaitable[T]]) -> Awaitable[T]:
+        """Run ``work()`` on this loop; awaitable from the caller's loop (cancelling it cancels the work)."""
+
+        async def call() -> T:
+            return await work()
+
+        return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call(), self._loop))
+
+
 class ExtractorServer:
     def __init__(self, settings: Settings, max_batch_size: int = 16) -> None:
         keep_replica_on_loopback()
@@ -54,6 +81,8 @@ class ExtractorServer:
         self.store = TimedIndex(index)
         make_llm = llm_factory(settings)
         extractor, judge = l1_engines(make_llm() if make_llm else None)
+        # Model engines await the model (the llm deployment's handle belongs to this loop): they stay here.
+        self._work: Callable[[Callable[[], Awaitable[T]]], Awaitable[T]] = PassLoop().run if make_llm is None else _here
         self._pipeline = L1Pipeline(
             files=LocalFileStore(settings.data_dir, fsync=settings.fsync_files),
             store=self.store,
@@ -87,22 +116,31 @@ class ExtractorServer:
     async def _locked_run(self, tenant: str, user: str, parent: str | None = None) -> Any:
         lock = self._data_dir / Layout.user_dir(tenant, user) / "state" / "l1.lock"
         async with self._user((tenant, user)), across_replicas(lock):  # and one pass per user across replicas
-            try:
-                run = functools.partial(self._pipeline.run, tenant, user)
+            run = functools.partial(self._pipeline.run, tenant, user)
+
+            async def counted() -> tuple[L1RunResult, int]:
                 result = await (run() if self._tracing is None else traced_pass(self._tracing, parent, tenant, run))
+                return result, self.store.count(tenant)
+
+            try:
+                result, rows = await self._work(counted)
             except Exception:
                 self._metrics.ran(None, self._pipeline.deduper.stats)
                 raise
             self._metrics.ran(result, self._pipeline.deduper.stats)
-            self._metrics.rows(tenant, self.store.count(tenant))
+            self._metrics.rows(tenant, rows)
             return result
 
     async def apply_operation(self, event: OperationEvent) -> OperationReply:
         """Apply one memory operation (the commands topic's worker calls it in partition order)."""
         scope = event.key.split("/", 1)[1]
         async with self._user((event.tenant, scope)):
-            reply = await self._operations.apply(event)
-            self._metrics.rows(event.tenant, self.store.count(event.tenant))
+
+            async def counted() -> tuple[OperationReply, int]:
+                return await self._operations.apply(event), self.store.count(event.tenant)
+
+            reply, rows = await self._work(counted)
+            self._metrics.rows(event.tenant, rows)
             return reply
 
     async def _run_user(self, tenant: str, user: str, parent: str | None = None) -> L1RunReply:
@@ -140,6 +178,10 @@ class ExtractorServer:
     async def check(self) -> str:
         """Readiness of this replica, for ``/health``: it answers, and says how many users' runs are in flight."""
         return f"{len(self._running)} runs in flight"
+
+
+async def _here(work: Callable[[], Awaitable[T]]) -> T:
+    return await work()
 
 
 LOCK_POLL_S = 0.2

@@ -109,8 +109,10 @@ def test_three_workers_share_the_topics_and_lose_nothing_when_one_is_killed(clus
 def test_shards_spread_over_both_nodes_and_come_back_when_a_node_dies(cluster: LocalCluster) -> None:
     from actors.placement import shard_name
     from mnemoflow.sharding import session_key, shard_for
-    from tests.integration.test_offload_stack import WINDOW, trajectory, wait_entries
+    from tests.integration.test_offload_stack import TRAJS, WINDOW, trajectory, wait_entries
 
+    if not TRAJS.exists():
+        pytest.skip(f"trajectories not found under {TRAJS}")
     placement = cluster.shard_nodes()
     second = cluster.second_node_id
     assert set(placement.values()) == cluster.alive_nodes() and second in placement.values()
