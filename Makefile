@@ -15,7 +15,7 @@ MODELS_DIR ?= $(HOME)/.cache/mnemoflow-models
 TEST_MODEL := qwen2.5-0.5b
 MODEL ?= $(TEST_MODEL)
 
-.PHONY: install up lint docs test test-fast bench k8s-tools model
+.PHONY: install up lint docs docs-pages test test-fast bench k8s-tools model
 
 # tools/install.sh holds the steps, so that the Dockerfiles run exactly what CI runs.
 $(INSTALLED): pyproject.toml tools/install.sh tools/mermaid-check/package-lock.json
@@ -39,10 +39,16 @@ model: $(INSTALLED)
 k8s-tools: $(INSTALLED)
 	PYTHON=$(BIN)/python bash tools/k8s/build.sh > /dev/null
 
-# The documentation site into site/, strictly: a warning, a broken link or an anchor that does not exist fails.
-# (The two variables silence the banners Material and a plugin print about MkDocs 2; they are not warnings.)
+# The documentation site into site/, strictly: a generated page that differs from the code, a warning, a broken
+# link or an anchor that does not exist fails. (The two variables silence the banners Material and a plugin print
+# about MkDocs 2; they are not warnings.) `make docs-pages` writes the generated pages (settings, HTTP API, CLI,
+# benchmarks) from the code and bench/results/.
 docs: $(INSTALLED)
+	$(BIN)/python tools/docs/pages.py --check
 	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict --quiet
+
+docs-pages: $(INSTALLED)
+	$(BIN)/python tools/docs/pages.py
 
 # Lint, format, types and the docs first (seconds; a failure names the file and line), then every test.
 lint: $(INSTALLED)
