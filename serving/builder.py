@@ -25,7 +25,6 @@ second build finds the same ones. The embedded ``mnemoflow up`` calls :func:`ens
 from __future__ import annotations
 
 import logging
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -53,12 +52,6 @@ class BuilderArgs(BaseModel):
     )
     actors: bool = Field(True, description="api_app only: make sure the shard and curator actors exist.")
     detached: bool = Field(True, description="Create the actors detached (cluster) or owned by the caller.")
-    wait_for_llm_seconds: float = Field(
-        600.0,
-        ge=0,
-        description="With a model engine, how long api_app waits for the llm app before the actors "
-        "(they take a handle to it when they start).",
-    )
     api_replicas: int = Field(1, ge=1)
     extractor_replicas: int = Field(1, ge=1)
     embedder_replicas: int = Field(1, ge=1)
@@ -112,22 +105,6 @@ def ensure_curators(settings: Settings, *, detached: bool) -> list[Any]:
     )
 
 
-def wait_for_app(name: str, timeout: float, poll: float = 2.0) -> None:
-    """Wait until Serve knows the application ``name``. The applications of one config build at the same time,
-    and the actors take an ``llm`` handle in their constructor, so the api build waits for the llm one."""
-    from ray import serve
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            serve.get_app_handle(name)
-            return
-        except Exception as exc:  # noqa: BLE001 - "does not exist yet" is a RayServeException, others retry too
-            if time.monotonic() >= deadline:
-                raise ConfigError(f"Serve application {name!r} did not appear within {timeout:.0f} s: {exc}") from exc
-            time.sleep(poll)
-
-
 def api_app(args: dict[str, Any] | None = None) -> Any:
     """The ``mnemoflow`` application: the HTTP ingress; first makes sure the actors exist (``args.actors``)."""
     return _api(*parse_args(args))
@@ -168,9 +145,7 @@ def _api(parsed: BuilderArgs, settings: Settings) -> Any:
     from serving.app import build_app
 
     bootstrap = _bootstrap(settings)
-    if parsed.actors:
-        if settings.llm_engine != "heuristic" and parsed.detached:
-            wait_for_app(LLM_APP, parsed.wait_for_llm_seconds)
+    if parsed.actors:  # their llm handle is looked up at the first model call, so the llm app may come later
         ensure_shards(settings, detached=parsed.detached)
         ensure_curators(settings, detached=parsed.detached)
     return build_app(settings, bootstrap, replicas=parsed.api_replicas)

@@ -39,7 +39,7 @@ def test_args_settings_override_the_environment(monkeypatch: pytest.MonkeyPatch)
         {"settings": {"sesion_shards": 8}},  # a typo in a setting
         {"settings": {"session_shards": 0}},  # out of range
         {"max_batch_size": 0},
-        {"wait_for_llm_seconds": -1},
+        {"wait_for_llm_seconds": 600},  # gone: the actors look the llm app up at their first model call
     ],
 )
 def test_bad_args_are_refused(args: dict) -> None:
