@@ -22,12 +22,25 @@ from mnemoflow.prompts import offload_boundary
 
 _TASK_RE = re.compile(
     r"\b(fix|implement|add|refactor|debug|write|create|build|update|change|make|resolve|investigate|migrate|"
-    r"issue|bug|repository|test|error|cancel|book|modify|exchange|return)\b",
+    r"issue|bug|repository|test|error|cancel|book|modify|exchange|return)\b"
+    r"|修复|实现|添加|增加|重构|调试|编写|写一个|创建|构建|更新|修改|解决|排查|迁移|报错|错误|测试|预订|取消|退货|退款|更换",
     re.I,
 )
 _CONTINUE_RE = re.compile(
-    r"^\s*(continue|go on|go ahead|yes|ok(ay)?|sure|try again|retry|proceed|next|thanks?)\b", re.I
+    r"^\s*((continue|go on|go ahead|yes|ok(ay)?|sure|try again|retry|proceed|next|thanks?)\b"
+    r"|继续|接着|好的|好吧|是的|可以|再试|重试|下一步|谢谢|(好|对|行)(?=[，,。！!？?\s]|$))",
+    re.I,
 )
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_CJK_WEIGHT = 3
+"""A Chinese character says about as much as three Latin letters (a word of 1.5 characters against one of 5 and a
+space), so a request's length is counted in Latin letters: 100 characters of Chinese are a long request."""
+
+
+def _length(text: str) -> int:
+    return len(text) + (_CJK_WEIGHT - 1) * len(_CJK.findall(text))
+
+
 _STOP = frozenset("the a an to of in on for and or is are be this that with i you me my please can could".split())
 
 
@@ -53,11 +66,13 @@ def make_label(text: str) -> str:
 
 def heuristic_judge(user_text: str, active_canvas: str | None) -> Judgement:
     """Short follow-ups continue; a long or task-like request starts a new long task, its goal and label taken from
-    the request's own title or first sentence (:func:`~mnemoflow.offload.goal.task_goal`); the rest is short."""
+    the request's own title or first sentence (:func:`~mnemoflow.offload.goal.task_goal`); the rest is short. In
+    English and Chinese: the cue words of both, lengths counted as :func:`_length` counts them."""
     text = user_text.strip()
-    if active_canvas and (_CONTINUE_RE.match(text) or len(text) < 40):
+    size = _length(text)
+    if active_canvas and (_CONTINUE_RE.match(text) or size < 40):
         return Judgement("continue")
-    if len(text) > 300 or (_TASK_RE.search(text) and len(text) > 60):
+    if size > 300 or (_TASK_RE.search(text) and size > 60):
         goal = task_goal(text)
         return Judgement("new_long", make_label(goal), goal)
     return Judgement("continue") if active_canvas else Judgement("short")

@@ -120,6 +120,8 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
         for ref in await asyncio.to_thread(scene_refs, files, tenant, user):
             body = files.read_bytes(f"{ScenePaths(tenant, user).scenes_dir}/{ref.filename}")
             scenes.append((ref, _text(body) or ""))
+        # The scene an atom is in is the L2 scene that absorbed it; the L1 label (a model's scene_name) otherwise.
+        scene_of = {atom_id: ref.filename.removesuffix(".md") for ref, _ in scenes for atom_id in ref.atom_ids}
         shown, scores = atoms.atoms, {}
         more = urlencode({**given, "cursor": atoms.next_cursor}) if atoms.next_cursor else None
         if ranked and where.text:  # as an agent's memory_search ranks them, then the other filters
@@ -136,6 +138,7 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
             name=await asyncio.to_thread(names.of, tenant, user),
             persona=PersonaStore(files, tenant, user).read(),
             scenes=scenes,
+            scene_of=scene_of,
             atoms=shown,
             scores=scores,
             ranked=ranked,

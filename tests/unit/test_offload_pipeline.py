@@ -72,6 +72,16 @@ def test_heuristic_judge() -> None:
     assert heuristic_judge("what time is it?", None).decision == "short"
 
 
+def test_heuristic_judge_in_chinese() -> None:
+    task = "请修复仓库里失败的解析器测试：嵌套的引号里的词被丢掉了，跑一下测试看看是哪一步出的错。"  # 44 characters
+    assert heuristic_judge(task, None).decision == "new_long"
+    long_request = "我们的服务在高峰期间响应很慢，" * 8  # no cue word, 120 characters: a long request
+    assert heuristic_judge(long_request, None).decision == "new_long"
+    assert heuristic_judge("继续", "001-x.mmd").decision == "continue"
+    assert heuristic_judge("好的，再试一次", "001-x.mmd").decision == "continue"
+    assert heuristic_judge("现在几点了？", None).decision == "short"
+
+
 def _turn(n: int, task: str) -> list[dict]:
     msgs: list[dict] = [{"role": "user", "content": task}]
     for i in range(n):

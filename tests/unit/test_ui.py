@@ -101,6 +101,14 @@ def test_atom_filters_and_drill_down_to_l0(app) -> None:  # type: ignore[no-unty
     assert 'class="error"' in bad and "min_priority" in bad
 
 
+def test_each_atom_names_the_scene_that_holds_it(app) -> None:  # type: ignore[no-untyped-def]
+    page = logged_in(app).get(f"/ui/users/{USER}").text
+    scenes = set(re.findall(r"<summary><b>([^<]+)\.md</b>", page))
+    cells = re.findall(r'<td class="text">[^<]*</td><td>([^<]*)</td>', page)
+    assert scenes and cells
+    assert {cell for cell in cells if cell} <= scenes and any(cells), cells
+
+
 def test_health_page_and_static_assets(app) -> None:  # type: ignore[no-untyped-def]
     client = logged_in(app)
     page = client.get("/ui/health").text
