@@ -454,6 +454,7 @@ def main() -> None:
             f"{structure['persona_chars']:.0f}, {result['max_persona_chars_any_user']}",
         ],
         ["scene names holding a stop word", str(naming["scene_name_stop_words"])],
+        ["archetype words that are stop words", str(naming["archetype_stop_words"])],
         ["names holding the other speaker's name", str(naming["other_speaker_in_names"])],
         [
             "persona lines quoting the other speaker",
