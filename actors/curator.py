@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from typing import Any
 import ray
 
 from actors.routing import ActorRouter
+from mnemoflow.config import MODEL_STAGES, ModelStage
 from mnemoflow.embedding import HashingEmbedder
 from mnemoflow.memory.curation import DEFAULT_TIMING, CurationState, Curator
 from mnemoflow.memory.persona.heuristic import HeuristicPersonaEngine
@@ -60,16 +61,22 @@ class UserCurator:
         llm_factory: Callable[[], LLM] | None = None,
         embedder: Embedder | None = None,
         clock: Clock | None = None,
+        model_stages: Collection[ModelStage] = MODEL_STAGES,
     ) -> None:
-        """``llm_factory`` (picklable) builds the model inside the actor; no model = heuristic engines."""
+        """``llm_factory`` (picklable) builds the model inside the actor; no model = heuristic engines, and so for
+        ``scenes`` or ``persona`` when not in ``model_stages``."""
         self.index, self.shards = index, shards
         self._files = LocalFileStore(Path(data_dir))
         self._clock: Clock = clock or SystemClock()
         model = llm if llm is not None else (llm_factory() if llm_factory is not None else None)
+        scenes_model = model if "scenes" in model_stages else None
+        persona_model = model if "persona" in model_stages else None
         scene_engine = (
-            LLMSceneEngine(model) if model is not None else HeuristicSceneEngine(embedder or HashingEmbedder())
+            LLMSceneEngine(scenes_model)
+            if scenes_model is not None
+            else HeuristicSceneEngine(embedder or HashingEmbedder())
         )
-        persona_engine = LLMPersonaEngine(model) if model is not None else HeuristicPersonaEngine()
+        persona_engine = LLMPersonaEngine(persona_model) if persona_model is not None else HeuristicPersonaEngine()
         self.curator = Curator(
             self._files,
             self._clock,
@@ -250,6 +257,7 @@ def build_curators(
     persona_every_n: int = 50,
     llm_factory: Callable[[], LLM] | None = None,
     lifetime: str | None = None,
+    model_stages: Collection[ModelStage] = MODEL_STAGES,
 ) -> list[Any]:
     """Create (or find) the ``n`` named curator actors, wait until each is up and its tick loop runs.
 
@@ -276,6 +284,7 @@ def build_curators(
             batch_size=batch_size,
             persona_every_n=persona_every_n,
             llm_factory=llm_factory,
+            model_stages=sorted(model_stages),
         )
         for i in range(n)
     ]

@@ -91,7 +91,15 @@ def build_shards(
             max_restarts=-1,
             max_task_retries=3,
             scheduling_strategy=spread_over_nodes(i, nodes),
-        ).remote(i, data_dir, settings.shard_idle_seconds, settings.shard_max_sessions, llm_factory, traces)
+        ).remote(
+            i,
+            data_dir,
+            settings.shard_idle_seconds,
+            settings.shard_max_sessions,
+            llm_factory,
+            traces,
+            model_stages=sorted(settings.llm_stages),
+        )
 
     handles = [create(i) for i in range(settings.session_shards)]
     deadline = time.monotonic() + placement_timeout

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 from opentelemetry.trace import SpanKind
 
 from actors.metrics import ShardMetrics
+from mnemoflow.config import MODEL_STAGES, ModelStage
 from mnemoflow.errors import InvalidInput
 from mnemoflow.offload.entries import OffloadEntry, read_entries
 from mnemoflow.offload.replies import CompactRefused, CompactReply
@@ -47,6 +48,7 @@ class SessionShard:
         max_sessions: int,
         llm_factory: Callable[[], LLM] | None = None,
         trace_export: TraceExport | None = None,
+        model_stages: Collection[ModelStage] = MODEL_STAGES,
     ) -> None:
         self.index = index
         self._tracing = trace_export.start("shard") if trace_export is not None else None
@@ -54,6 +56,7 @@ class SessionShard:
         self._idle_seconds = idle_seconds
         self._max_sessions = max_sessions
         self._llm = llm_factory() if llm_factory else None  # None: heuristic summaries, boundaries, canvases
+        self._model_stages = frozenset(model_stages)  # the offload stages that run on the model (the rest: heuristic)
         self._clock = SystemClock()
         self._sessions: OrderedDict[SessionKey, tuple[SessionState, float]] = OrderedDict()
         self._locks: dict[SessionKey, asyncio.Lock] = {}
@@ -162,7 +165,14 @@ class SessionShard:
             started = time.perf_counter()
             try:
                 result = await compact_session(
-                    self._files, tenant, session, messages, window, clock=self._clock, llm=self._llm
+                    self._files,
+                    tenant,
+                    session,
+                    messages,
+                    window,
+                    clock=self._clock,
+                    llm=self._llm,
+                    model_stages=self._model_stages,
                 )
             except InvalidInput as exc:
                 return CompactRefused(reason=str(exc))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -35,6 +35,12 @@ SERVICE_DIRS = frozenset({"index", "logs", "kafka", "faust"})
 """Folders of the stack itself under the data directory, beside one folder per tenant: not tenant names."""
 WORKER_GROUP = "mnemoflow"
 """The Faust app id, hence the Kafka consumer group of the workers (``/health`` reads its members and lag)."""
+
+
+ModelStage = Literal["l1", "boundary", "summaries", "canvas", "scenes", "persona"]
+"""The stages that can run on a model: L1 extraction with its dedup decisions, the L1.5 task-boundary judge, offload
+summaries, the task canvas, L2 scenes and the L3 persona."""
+MODEL_STAGES: frozenset[ModelStage] = frozenset(get_args(ModelStage))
 
 
 class Retention(BaseModel):
@@ -203,6 +209,11 @@ class Settings(BaseSettings):
     )
     llm_engine: Literal["heuristic", "openai", "llama_cpp", "vllm"] = Field(
         "heuristic", description="The model engine of every LLM stage; heuristic runs each stage without a model."
+    )
+    llm_stages: frozenset[ModelStage] = Field(
+        MODEL_STAGES,
+        description='With a model engine, the stages that run on it (a JSON list, e.g. ["scenes", "persona", '
+        '"canvas"]); every other stage runs its heuristic.',
     )
     llm_url: str | None = Field(None, description="OpenAI-compatible base URL for llm_engine='openai'.")
     llm_model: str = Field("default", description="Model name (openai, vllm) sent to the engine.")

@@ -79,7 +79,7 @@ class ExtractorServer:
         self.run.set_max_batch_size(max_batch_size)  # 1 turns batching off (the benchmark compares both)
         embedder, index = open_index(settings)
         self.store = TimedIndex(index)
-        make_llm = llm_factory(settings)
+        make_llm = llm_factory(settings) if "l1" in settings.llm_stages else None
         extractor, judge = l1_engines(make_llm() if make_llm else None)
         # Model engines await the model (the llm deployment's handle belongs to this loop): they stay here.
         self._work: Callable[[Callable[[], Awaitable[T]]], Awaitable[T]] = PassLoop().run if make_llm is None else _here

@@ -11,8 +11,10 @@ same array sent again) writes nothing: every fsync is a few milliseconds of the 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 
+from mnemoflow.config import MODEL_STAGES, ModelStage
 from mnemoflow.errors import MnemoflowError
 from mnemoflow.events import ToolResultEvent
 from mnemoflow.offload.annotations import Annotation, annotate, annotated_entries, append_annotations, merged
@@ -145,13 +147,19 @@ async def compact_session(
     clock: Clock,
     writer: OffloadWriter | None = None,
     llm: LLM | None = None,
+    model_stages: Collection[ModelStage] = MODEL_STAGES,
     config: OffloadConfig | None = None,
 ) -> CompactResult:
     """Run one compaction turn for ``tenant/session`` and persist what it decided (see the module docstring).
 
     ``writer`` stores tool results of ``messages`` that are not offloaded yet (pass None when the stream worker
-    already did); ``llm`` None runs the heuristic engine for summaries, boundaries and canvases.
+    already did); ``llm`` None runs the heuristic engine for summaries, boundaries and canvases, and so does each of
+    them not in ``model_stages`` (``boundary``, ``summaries``, ``canvas``).
     """
+
+    def model(stage: ModelStage) -> LLM | None:
+        return llm if stage in model_stages else None
+
     cfg = config or OffloadConfig()
     msgs = validate(messages)
     check_window(msgs, window)
@@ -165,14 +173,14 @@ async def compact_session(
         writer.write([e for e in events if e.tool_call_id in answered_before])
     entries = annotated_entries(files, tenant, session)
     state = advance(state, [e for e in entries if e.seq > state.last_seq])
-    state = await _judge(files, state, msgs, entries, llm, now)
+    state = await _judge(files, state, msgs, entries, model("boundary"), now)
     if writer is not None and (after := [e for e in events if e.tool_call_id not in answered_before]):
         writer.write(after)
         entries = annotated_entries(files, tenant, session)
         state = advance(state, [e for e in entries if e.seq > state.last_seq])
     intent = str(msgs[u].get("content") or "") if u is not None else ""
-    entries = await _summarise(files, state, entries, llm, cfg, intent)
-    state, nodes = await update_canvases(files, state, entries, now, llm, cfg.canvas_batch)
+    entries = await _summarise(files, state, entries, model("summaries"), cfg, intent)
+    state, nodes = await update_canvases(files, state, entries, now, model("canvas"), cfg.canvas_batch)
     result = compact(msgs, window, _context(files, state, cfg, annotate(entries, merged(nodes))))
     final = state.model_copy(update={"reclaim": result.decisions})
     if final != loaded:  # the same array again changes nothing: no write, no fsync

@@ -90,3 +90,12 @@ def test_rate_limits_name_tenants_by_id() -> None:
 def test_a_tenant_cannot_take_the_name_of_a_service_folder() -> None:
     with pytest.raises(ValidationError, match="stack itself"):
         Settings(api_keys={"kafka": "k1"})
+
+
+def test_the_model_stages_are_a_json_list_of_known_stages(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().llm_stages == {"l1", "boundary", "summaries", "canvas", "scenes", "persona"}  # all by default
+    monkeypatch.setenv("MNEMOFLOW_LLM_STAGES", '["scenes", "persona", "canvas"]')
+    assert Settings().llm_stages == {"scenes", "persona", "canvas"}
+    monkeypatch.setenv("MNEMOFLOW_LLM_STAGES", '["scenes", "extraction"]')  # a stage that does not exist
+    with pytest.raises(ValidationError, match="llm_stages"):
+        Settings()

@@ -243,3 +243,14 @@ def test_the_models_scene_body_is_bounded_in_its_schema_by_what_a_reader_sees() 
 
     edit = SceneReply.model_json_schema()["$defs"]["ModelSceneEdit"]
     assert edit["properties"]["body"]["maxLength"] == MAX_SCENE_CHARS
+
+
+def test_the_curator_runs_scenes_or_persona_on_the_model_only_when_they_are_model_stages(tmp_path: Path) -> None:
+    from actors.curator import UserCurator
+    from mnemoflow.memory.persona.llm import LLMPersonaEngine
+    from mnemoflow.memory.scenes.heuristic import HeuristicSceneEngine
+    from mnemoflow.testing import ScriptedLLM
+
+    curator = UserCurator(0, 1, str(tmp_path), llm=ScriptedLLM(), model_stages=["persona"]).curator
+    assert isinstance(curator.scene_engine, HeuristicSceneEngine)
+    assert isinstance(curator.persona_engine, LLMPersonaEngine)

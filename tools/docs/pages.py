@@ -41,7 +41,7 @@ def type_name(annotation: Any) -> str:
         return " or ".join(named) + (" or unset" if type(None) in args else "")
     if origin is dict:
         return f"{{{type_name(args[0])}: {type_name(args[1])}}}" if args else "object"
-    if origin is list:
+    if origin in (list, set, frozenset):
         return f"[{type_name(args[0])}]" if args else "list"
     if annotation is SecretStr:
         return "secret str"
@@ -59,6 +59,8 @@ def default_text(field: FieldInfo) -> str:
         return f"`~/{value.relative_to(home)}`" if value.is_relative_to(home) else f"`{value}`"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
+    if isinstance(value, (set, frozenset)):  # as the environment takes it, in a stable order
+        return f"`{json.dumps(sorted(value))}`"
     if isinstance(value, (dict, list)):
         return f"`{json.dumps(value)}`"
     return f"`{value}`"
