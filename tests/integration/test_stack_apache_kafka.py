@@ -251,14 +251,8 @@ def test_health_reports_each_dependency_and_a_stopped_worker_through_serve(stack
     httpx.get(f"{url}/health", timeout=10)
     assert time.monotonic() - started < 2.5
 
-    # A model-less extractor answers its check between the windows of the passes it runs, so a backlog (the
-    # restarted worker above retries the passes its predecessor left) can keep it past the check's 1.5 s. This
-    # test is about the worker: it stops the worker once no pass is in flight.
-    deadline = time.monotonic() + 240
-    while checks["extractor"]["detail"] != "0 runs in flight" and time.monotonic() < deadline:
-        time.sleep(1)
-        checks = {c["name"]: c for c in httpx.get(f"{url}/health", timeout=10).json()["checks"]}
-    assert checks["extractor"]["detail"] == "0 runs in flight", checks["extractor"]
+    # The extractor answers its check while passes run (they have a loop of their own), so the worker is stopped
+    # whatever backlog the restarted worker above left, and the worker alone is reported failing.
     stack.kill_worker(signal.SIGTERM)  # a clean stop leaves the group at once
     try:
         degraded = wait_health(url, 503, timeout=30)
