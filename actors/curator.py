@@ -26,10 +26,12 @@ from actors.routing import ActorRouter
 from mnemoflow.config import MODEL_STAGES, ModelStage
 from mnemoflow.embedding import HashingEmbedder
 from mnemoflow.memory.curation import DEFAULT_TIMING, CurationState, Curator
+from mnemoflow.memory.persona.generate import PersonaEngine
 from mnemoflow.memory.persona.heuristic import HeuristicPersonaEngine
 from mnemoflow.memory.persona.llm import LLMPersonaEngine
 from mnemoflow.memory.scenes.heuristic import HeuristicSceneEngine
 from mnemoflow.memory.scenes.llm import LLMSceneEngine
+from mnemoflow.memory.scenes.passes import SceneEngine
 from mnemoflow.memory.scenes.paths import ScenePaths
 from mnemoflow.memory.scenes.schedule import L2Timing
 from mnemoflow.ports import LLM, Clock, Embedder, SystemClock
@@ -71,12 +73,15 @@ class UserCurator:
         model = llm if llm is not None else (llm_factory() if llm_factory is not None else None)
         scenes_model = model if "scenes" in model_stages else None
         persona_model = model if "persona" in model_stages else None
-        scene_engine = (
-            LLMSceneEngine(scenes_model)
-            if scenes_model is not None
-            else HeuristicSceneEngine(embedder or HashingEmbedder())
+        heuristic_scenes = HeuristicSceneEngine(embedder or HashingEmbedder())
+        scene_engine: SceneEngine = (
+            LLMSceneEngine(scenes_model, fallback=heuristic_scenes) if scenes_model is not None else heuristic_scenes
         )
-        persona_engine = LLMPersonaEngine(persona_model) if persona_model is not None else HeuristicPersonaEngine()
+        persona_engine: PersonaEngine = (
+            LLMPersonaEngine(persona_model, fallback=HeuristicPersonaEngine())
+            if persona_model is not None
+            else HeuristicPersonaEngine()
+        )
         self.curator = Curator(
             self._files,
             self._clock,

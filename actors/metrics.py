@@ -115,6 +115,9 @@ class LLMMetrics:
         self._engine = engine
         keys = ("stage", "engine")
         self._calls = Counter("mnemoflow_llm_calls", "Model calls by result", tag_keys=(*keys, "result"))
+        self._fallbacks = Counter(
+            "mnemoflow_llm_fallbacks", "Items a failed model call left to the heuristic engine", tag_keys=keys
+        )
         self._tokens = Counter("mnemoflow_llm_tokens", "Prompt and completion tokens", tag_keys=(*keys, "kind"))
         self._latency = Histogram(
             "mnemoflow_llm_latency_seconds",
@@ -125,10 +128,18 @@ class LLMMetrics:
 
     def record(self, call: CallRecord) -> None:
         tags = {"stage": call.stage, "engine": self._engine}
+        if call.fallback:
+            self._fallbacks.inc(tags=tags)
+            return
         self._calls.inc(tags={**tags, "result": "ok" if call.ok else "failed"})
         _add(self._tokens, call.prompt_tokens, {**tags, "kind": "prompt"})
         _add(self._tokens, call.completion_tokens, {**tags, "kind": "completion"})
         self._latency.observe(call.latency_s, tags=tags)
+
+    def record_fallback(self, call: CallRecord) -> None:
+        """For the caller's recorder: its call records repeat the engine's (counted there), its fallbacks do not."""
+        if call.fallback:
+            self.record(call)
 
 
 class TimedIndex:

@@ -80,7 +80,8 @@ class ExtractorServer:
         embedder, index = open_index(settings)
         self.store = TimedIndex(index)
         make_llm = llm_factory(settings) if "l1" in settings.llm_stages else None
-        extractor, judge = l1_engines(make_llm() if make_llm else None)
+        self._llm = make_llm() if make_llm else None
+        extractor, judge = l1_engines(self._llm)
         # Model engines await the model (the llm deployment's handle belongs to this loop): they stay here.
         self._work: Callable[[Callable[[], Awaitable[T]]], Awaitable[T]] = PassLoop().run if make_llm is None else _here
         self._pipeline = L1Pipeline(
@@ -176,8 +177,12 @@ class ExtractorServer:
         return list(self._batch_sizes)
 
     async def check(self) -> str:
-        """Readiness of this replica, for ``/health``: it answers, and says how many users' runs are in flight."""
-        return f"{len(self._running)} runs in flight"
+        """Readiness of this replica, for ``/health``: it answers, and says how many users' runs are in flight and,
+        with a model engine, its calls per stage as this side saw them (latency with queueing, and the items that fell
+        back to the heuristic engine; the llm replica's detail has the tokens and retries)."""
+        runs = f"{len(self._running)} runs in flight"
+        stages = self._llm.usage.summary() if self._llm is not None else ""
+        return f"{runs}; model calls from this replica: {stages}" if stages else runs
 
 
 async def _here(work: Callable[[], Awaitable[T]]) -> T:

@@ -9,6 +9,7 @@ the caller's ``ServeLLM.usage`` records each call's stage, latency and outcome a
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -30,7 +31,7 @@ M = TypeVar("M", bound=BaseModel)
 def llm_factory(settings: Settings) -> Callable[[], ServeLLM] | None:
     """What actors and the extractor call to reach the model: the ``llm`` Serve application, or None for the
     heuristic engines. Picklable (a module-level function), so actors build the handle where they run."""
-    return None if settings.llm_engine == "heuristic" else serve_llm
+    return None if settings.llm_engine == "heuristic" else functools.partial(serve_llm, settings.llm_engine)
 
 
 class LLMServer:
@@ -51,7 +52,9 @@ class LLMServer:
     async def check(self) -> str:
         """Readiness of this replica, for ``/health``: an engine with a remote server pings it (``ping``)."""
         ping = getattr(self._engine, "ping", None)
-        return await ping() if ping is not None else f"{type(self._engine).__name__} loaded"
+        state = await ping() if ping is not None else f"{type(self._engine).__name__} loaded"
+        stages = self._engine.usage.summary()
+        return f"{state}; this replica: {stages}" if stages else state
 
     def usage(self) -> dict[str, Any]:
         return {name: vars(totals) for name, totals in self._engine.usage.stages().items()}
@@ -111,7 +114,8 @@ class ServeLLM:
             self.usage.record(CallRecord(stage, 0, 0, latency, 1, error is None, error))
 
 
-def serve_llm() -> ServeLLM:
+def serve_llm(engine: str) -> ServeLLM:
     """The LLM port over the ``llm`` application: a picklable factory for actors (they call it inside, before
-    Serve may be running; the handle is resolved on the first call)."""
-    return ServeLLM()
+    Serve may be running; the handle is resolved on the first call). Calls are counted in the metrics where the
+    engine runs; here only the fallbacks, which only the caller sees."""
+    return ServeLLM(usage=LLMUsage(on_record=LLMMetrics(engine).record_fallback))

@@ -25,6 +25,8 @@ class CallRecord:
     ok: bool
     error: str | None = None
     """Class name of the error raised when ``ok`` is False (``StructuredOutputError``, ``ServiceUnavailable``…)."""
+    fallback: bool = False
+    """Not a call: the caller gave the item of a failed call to the heuristic engine (:meth:`LLMUsage.fallback`)."""
 
 
 @dataclass(slots=True)
@@ -40,8 +42,13 @@ class StageTotals:
     completion_tokens: int = 0
     latency_s: float = 0.0
     errors: dict[str, int] = field(default_factory=dict)
+    fallbacks: int = 0
+    """Items a failed call left to the heuristic engine (a failed call the caller retries later is not one)."""
 
     def add(self, record: CallRecord) -> None:
+        if record.fallback:
+            self.fallbacks += 1
+            return
         self.calls += 1
         self.ok += record.ok
         self.failed += not record.ok
@@ -69,9 +76,14 @@ class LLMUsage:
     def record(self, record: CallRecord) -> None:
         with self._lock:
             self._stages.setdefault(record.stage, StageTotals()).add(record)
-            self._recent.append(record)
+            if not record.fallback:
+                self._recent.append(record)
         if self._on_record is not None:
             self._on_record(record)
+
+    def fallback(self, stage: str, error: BaseException) -> None:
+        """Count that ``stage`` gave one item to its heuristic engine after ``error`` (a failed call)."""
+        self.record(CallRecord(stage, 0, 0, 0.0, 0, ok=False, error=type(error).__name__, fallback=True))
 
     def stage(self, name: str) -> StageTotals:
         """A copy of the totals of one stage (zeros if the stage never ran)."""
@@ -85,7 +97,7 @@ class LLMUsage:
         return {name: self.stage(name) for name in names}
 
     def records(self) -> list[CallRecord]:
-        """The most recent call records, oldest first."""
+        """The most recent call records (fallbacks are not calls), oldest first."""
         with self._lock:
             return list(self._recent)
 
@@ -93,8 +105,32 @@ class LLMUsage:
         """Totals over all stages."""
         out = StageTotals()
         for totals in self.stages().values():
-            for f in ("calls", "ok", "failed", "retries", "prompt_tokens", "completion_tokens", "latency_s"):
+            for f in (
+                "calls",
+                "ok",
+                "failed",
+                "retries",
+                "prompt_tokens",
+                "completion_tokens",
+                "latency_s",
+                "fallbacks",
+            ):
                 setattr(out, f, getattr(out, f) + getattr(totals, f))
             for k, v in totals.errors.items():
                 out.errors[k] = out.errors.get(k, 0) + v
         return out
+
+    def summary(self) -> str:
+        """One line per stage for a health detail: calls, retries, failures, fallbacks, tokens, mean latency; a
+        count that is zero is left out (the caller's side of a Serve call knows no tokens)."""
+        lines = []
+        for name, t in self.stages().items():
+            parts = [f"{t.calls} calls"]
+            parts += [f"{n} {label}" for n, label in ((t.retries, "retries"), (t.failed, "failed")) if n]
+            parts += [f"{t.fallbacks} fallbacks"] if t.fallbacks else []
+            if t.prompt_tokens or t.completion_tokens:
+                parts.append(f"tokens {t.prompt_tokens} in / {t.completion_tokens} out")
+            if t.calls:
+                parts.append(f"{t.latency_s / t.calls:.2f} s mean")
+            lines.append(f"{name}: " + ", ".join(parts))
+        return "; ".join(lines)

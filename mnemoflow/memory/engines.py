@@ -12,4 +12,4 @@ from mnemoflow.ports.llm import LLM
 def l1_engines(llm: LLM | None) -> tuple[Extractor, DedupJudge]:
     if llm is None:
         return HeuristicExtractor(), HeuristicJudge()
-    return LLMExtractor(llm), LLMDedupJudge(llm)
+    return LLMExtractor(llm, fallback=HeuristicExtractor()), LLMDedupJudge(llm, fallback=HeuristicJudge())

@@ -3,8 +3,9 @@
 The decision and its boundary (from which entry seq on tool calls belong to which canvas) go into the session
 state, which the caller saves: nothing lives in memory only, so a shard restart continues where it was (TDAM kept
 boundaries in runtime arrays, docs/tdam-spec.md §9.10). Each user message is judged once (by fingerprint). The heuristic
-judge is deterministic; the LLM judge validates its reply (a parse failure raises and is retried by the caller; after
-that the caller may use :func:`fail_safe`).
+judge is deterministic; the LLM judge validates its reply (an invalid reply is repaired once by the LLM port; after
+that, or when the model does not answer, the caller judges that message with the heuristic: TDAM's fail-safe was a
+plain "short", which lost a long task's canvas whenever the model failed).
 """
 
 from __future__ import annotations
@@ -92,11 +93,6 @@ async def llm_judge(user_text: str, history: list[str], active_mermaid: str | No
         goal = reply.goal or task_goal(user_text)
         return Judgement("new_long", reply.label or make_label(goal), goal, "llm")
     return Judgement(decision, source="llm")
-
-
-def fail_safe() -> Judgement:
-    """After the LLM judge failed twice: no active canvas, a short segment (TDAM's fail-safe, made explicit)."""
-    return Judgement("short", source="fail_safe")
 
 
 def apply_judgement(

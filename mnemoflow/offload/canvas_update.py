@@ -14,7 +14,8 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
-from mnemoflow.errors import InvalidInput
+from mnemoflow.errors import InvalidInput, MnemoflowError
+from mnemoflow.llm.fallback import fell_back
 from mnemoflow.offload.annotations import Annotation, append_annotations
 from mnemoflow.offload.boundary import canvas_for_seq
 from mnemoflow.offload.canvas import (
@@ -94,7 +95,8 @@ async def update_canvases(
     """Fold entries with ``seq > state.canvas_seq`` into their canvases; returns the state to save and the node
     annotations it appended (the node each folded tool call landed on: the caller need not read them back).
 
-    A proposal the canvas refuses (unknown node, broken invariant) falls back to the heuristic ops for that batch,
+    A proposal the canvas refuses (unknown node, broken invariant), a reply still invalid after the repair try and a
+    model that does not answer all fall back to the heuristic ops for that batch,
     so entries are never left unmapped; unassigned tool calls of an LLM batch are attached to its last node, and a
     failed call the model left on a live node gets a tombstone of its own (the heuristic draws those itself).
     """
@@ -116,7 +118,8 @@ async def update_canvases(
             else:
                 try:
                     new = apply_ops(canvas, await propose_ops(canvas, name, batch, llm), now)
-                except (InvalidInput, ValidationError):
+                except (MnemoflowError, ValidationError) as exc:  # invalid, refused, or no model answering
+                    fell_back(llm, "offload_canvas", exc)
                     new = heuristic_canvas(canvas, batch, now)
             missing = [e.tool_call_id for e in batch if new.node_for_tool_call(e.tool_call_id) is None]
             if missing and new.nodes:

@@ -26,6 +26,7 @@ class Boundary(BaseModel):
     decision: BoundaryKind
     user_fingerprint: str = Field(description="Fingerprint of the user message that was judged.")
     source: Literal["heuristic", "llm", "fail_safe"] = "heuristic"
+    """``fail_safe`` is only read: states written before the failed judge fell back to the heuristic."""
     at: AwareDatetime
 
 

@@ -17,8 +17,9 @@ from datetime import datetime
 from mnemoflow.config import MODEL_STAGES, ModelStage
 from mnemoflow.errors import MnemoflowError
 from mnemoflow.events import ToolResultEvent
+from mnemoflow.llm.fallback import fell_back
 from mnemoflow.offload.annotations import Annotation, annotate, annotated_entries, append_annotations, merged
-from mnemoflow.offload.boundary import apply_judgement, fail_safe, heuristic_judge, llm_judge
+from mnemoflow.offload.boundary import apply_judgement, heuristic_judge, llm_judge
 from mnemoflow.offload.canvas import from_mermaid
 from mnemoflow.offload.canvas_update import canvas_path, load_canvas, save_canvas, update_canvases
 from mnemoflow.offload.compact import CompactContext, CompactResult, check_window, compact
@@ -105,8 +106,9 @@ async def _judge(
         history = [str(m.get("content") or "") for m in msgs[:u] if m.get("role") in ("user", "assistant")]
         try:
             judgement = await llm_judge(text, history, None if active is None else active.task_goal, llm)
-        except MnemoflowError:
-            judgement = fail_safe()
+        except MnemoflowError as exc:  # invalid twice, or no model: the request must not wait or fail on it
+            fell_back(llm, "offload_boundary", exc)
+            judgement = heuristic_judge(text, state.active_canvas)
     after = {t for m in msgs[u:] for t in call_ids(m)}
     start = min((e.seq for e in entries if e.tool_call_id in after), default=None)
     state, canvas = apply_judgement(state, judgement, fp, now, start)

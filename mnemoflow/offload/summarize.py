@@ -16,6 +16,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mnemoflow.errors import MnemoflowError
+from mnemoflow.llm.fallback import fell_back
 from mnemoflow.offload.config import OffloadConfig
 from mnemoflow.offload.failures import body_lines, failure
 from mnemoflow.offload.identifiers import ranked
@@ -115,7 +117,8 @@ async def llm_summaries(
 ) -> list[Summary]:
     """Summaries from the model, ``summary_batch`` pairs per call; small results get the heuristic (no call).
 
-    An id the model left out falls back to the heuristic for that pair, so every pair gets exactly one summary.
+    An id the model left out falls back to the heuristic for that pair, so every pair gets exactly one summary; so
+    does every pair of a batch whose call failed (invalid after the repair try, or no model answering).
     """
     cfg = cfg or OffloadConfig()
     out: dict[str, Summary] = {}
@@ -125,12 +128,16 @@ async def llm_summaries(
             out[p.tool_call_id] = heuristic_summary(p, cfg)
     for i in range(0, len(big), cfg.summary_batch):
         batch = big[i : i + cfg.summary_batch]
-        reply = await llm.complete(
-            offload_summary.build(list(batch), user_intent),
-            SummaryReply,
-            max_tokens=120 * len(batch) + 64,
-            stage="offload_summary",
-        )
+        try:
+            reply = await llm.complete(
+                offload_summary.build(list(batch), user_intent),
+                SummaryReply,
+                max_tokens=120 * len(batch) + 64,
+                stage="offload_summary",
+            )
+        except MnemoflowError as exc:
+            fell_back(llm, "offload_summary", exc)
+            reply = SummaryReply(items=[])
         batch_results = {p.tool_call_id: p.result for p in batch}
         for item in reply.items:
             if item.tool_call_id in batch_results and item.tool_call_id not in out:

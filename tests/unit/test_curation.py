@@ -254,3 +254,18 @@ def test_the_curator_runs_scenes_or_persona_on_the_model_only_when_they_are_mode
     curator = UserCurator(0, 1, str(tmp_path), llm=ScriptedLLM(), model_stages=["persona"]).curator
     assert isinstance(curator.scene_engine, HeuristicSceneEngine)
     assert isinstance(curator.persona_engine, LLMPersonaEngine)
+
+
+def test_replies_invalid_after_the_repair_try_fall_back_to_the_heuristic_engines(tmp_path: Path) -> None:
+    """Issue 28: with the model failing every reply, the pass still writes scenes and a persona (the heuristics'),
+    and each stage counts one fallback."""
+    files, clock = LocalFileStore(tmp_path), ManualClock(T0)
+    write(files, many(3))
+    llm = ScriptedLLM(["not json"] * 4)
+    scenes = LLMSceneEngine(llm, fallback=HeuristicSceneEngine(HashingEmbedder()))
+    cur = Curator(files, clock, scenes, LLMPersonaEngine(llm, fallback=HeuristicPersonaEngine()))
+    out = asyncio.run(cur.run_now("acme", "alice"))
+    assert out.status == "applied" and out.created and out.persona == "generated"
+    assert [c.stage for c in llm.calls] == ["l2_scenes"] * 2 + ["l3_persona"] * 2
+    assert llm.usage.stage("l2_scenes").fallbacks == llm.usage.stage("l3_persona").fallbacks == 1
+    assert "### Path: scenes/" in PersonaStore(files, "acme", "alice").read()

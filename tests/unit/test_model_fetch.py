@@ -179,7 +179,7 @@ def test_the_serve_llm_port_looks_its_handle_up_on_first_use(monkeypatch: pytest
         return Handle()
 
     monkeypatch.setattr(serving_llm.serve, "get_app_handle", get_app_handle)
-    port = serving_llm.serve_llm()
+    port = serving_llm.serve_llm("llama-cpp")
     assert lookups == []
 
     async def twice() -> list[Any]:

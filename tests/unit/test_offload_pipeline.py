@@ -200,3 +200,18 @@ def test_no_model_stage_means_no_model_call(tmp_path: Path) -> None:
         )
     )
     assert llm.calls == [] and load_state(files, "t", "s").active_canvas
+
+
+def test_model_replies_invalid_after_the_repair_try_fall_back_per_stage(tmp_path: Path) -> None:
+    """Issue 28: the judge, the summaries and the canvas each get one repair try, then their heuristic; every
+    entry still gets a node and a summary, and the fallbacks are counted per stage."""
+    files, clock = LocalFileStore(tmp_path), ManualClock()
+    task = "Fix the failing parser test in the repository: the tokenizer drops quotes " * 3
+    history = [{"role": "system", "content": "You are a coding agent."}, *_turn(6, task)]
+    llm = ScriptedLLM(["not json"] * 40)
+    asyncio.run(compact_session(files, "t", "s", history, 20_000, clock=clock, writer=OffloadWriter(files), llm=llm))
+    assert {c.stage for c in llm.calls} == {"offload_boundary", "offload_summary", "offload_canvas"}
+    assert all(llm.usage.stage(s).fallbacks >= 1 for s in ("offload_boundary", "offload_summary", "offload_canvas"))
+    assert load_state(files, "t", "s").active_canvas is not None
+    entries = annotated_entries(files, "t", "s")
+    assert len(entries) == 6 and all(e.node_id and e.summary for e in entries)

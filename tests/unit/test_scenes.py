@@ -45,6 +45,9 @@ class PlanEngine:
         self.feedback.append(feedback)
         return self.plans.pop(0)
 
+    def fallback_for(self, error: Exception) -> None:
+        return None
+
 
 def run(store: SceneStore, engine, atoms, policy=None):  # type: ignore[no-untyped-def]
     policy = policy or ScenePolicy()

@@ -28,6 +28,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mnemoflow.errors import StructuredOutputError
+from mnemoflow.llm.fallback import fell_back
 from mnemoflow.memory.l1.models import Action, AtomDraft, DedupDecision
 from mnemoflow.memory.l1.subject import subject
 from mnemoflow.ports.llm import LLM
@@ -121,12 +123,13 @@ class DedupJudge(Protocol):
 
 
 class LLMDedupJudge:
-    """One model call (stage ``l1-dedup``) for all open items of a pass."""
+    """One model call (stage ``l1-dedup``) for all open items of a pass; a reply still invalid after the repair
+    try leaves the pass's items to ``fallback`` (the heuristic judge)."""
 
     uses_llm = True
 
-    def __init__(self, llm: LLM, *, max_tokens: int = 2048) -> None:
-        self._llm, self._max_tokens = llm, max_tokens
+    def __init__(self, llm: LLM, *, fallback: DedupJudge | None = None, max_tokens: int = 2048) -> None:
+        self._llm, self._fallback, self._max_tokens = llm, fallback, max_tokens
 
     async def judge(self, items: list[JudgeItem]) -> list[DedupDecision]:
         pool = {
@@ -144,12 +147,18 @@ class LLMDedupJudge:
             )
             for i in items
         ]
-        reply = await self._llm.complete(
-            prompt.build_messages(list(pool.values()), new),
-            prompt.DedupOut,
-            max_tokens=self._max_tokens,
-            stage="l1-dedup",
-        )
+        try:
+            reply = await self._llm.complete(
+                prompt.build_messages(list(pool.values()), new),
+                prompt.DedupOut,
+                max_tokens=self._max_tokens,
+                stage="l1-dedup",
+            )
+        except StructuredOutputError as exc:
+            if self._fallback is None:
+                raise
+            fell_back(self._llm, "l1-dedup", exc)
+            return await self._fallback.judge(items)
         return reply.decisions
 
 

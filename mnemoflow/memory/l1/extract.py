@@ -19,6 +19,8 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
+from mnemoflow.errors import StructuredOutputError
+from mnemoflow.llm.fallback import fell_back
 from mnemoflow.memory.l0 import L0Message
 from mnemoflow.memory.l1.models import AtomDraft, DedupDecision
 from mnemoflow.memory.l1.window import Window
@@ -112,12 +114,15 @@ def _decision(mem: prompt.MemoryOut) -> DedupDecision | None:
 
 
 class LLMExtractor:
-    """Extraction by a model through the LLM port (stage ``l1-extraction``), with dedup decisions folded in."""
+    """Extraction by a model through the LLM port (stage ``l1-extraction``), with dedup decisions folded in.
+
+    A window whose reply is invalid after the repair try goes to ``fallback`` (the heuristic engine), undecided;
+    any other model error raises, so the pipeline keeps its cursor and the window is tried again."""
 
     uses_llm = True
 
-    def __init__(self, llm: LLM, *, max_tokens: int = 2048) -> None:
-        self._llm, self._max_tokens = llm, max_tokens
+    def __init__(self, llm: LLM, *, fallback: Extractor | None = None, max_tokens: int = 2048) -> None:
+        self._llm, self._fallback, self._max_tokens = llm, fallback, max_tokens
 
     async def extract(self, user: str, window: Window, previous_scene: str) -> list[AtomDraft]:
         return (await self.extract_decided(user, window, previous_scene, [])).drafts
@@ -138,9 +143,16 @@ class LLMExtractor:
             [pm(m) for m in window.new],
             [prompt.ExistingMemory(r.id, r.type, r.text) for r in existing],
         )
-        reply = await self._llm.complete(
-            prompt.build_messages(ctx), prompt.ExtractionOut, max_tokens=self._max_tokens, stage="l1-extraction"
-        )
+        try:
+            reply = await self._llm.complete(
+                prompt.build_messages(ctx), prompt.ExtractionOut, max_tokens=self._max_tokens, stage="l1-extraction"
+            )
+        except StructuredOutputError as exc:
+            if self._fallback is None:
+                raise
+            fell_back(self._llm, "l1-extraction", exc)
+            drafts = await self._fallback.extract(user, window, previous_scene)
+            return Extraction(drafts, [None] * len(drafts))
         pairs = []
         for scene in reply.scenes:
             for mem in scene.memories:

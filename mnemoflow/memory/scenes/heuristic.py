@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from mnemoflow.errors import MnemoflowError
 from mnemoflow.memory.l1.subject import own_words, people
 from mnemoflow.memory.links import visible_len
 from mnemoflow.memory.salience import salient_terms
@@ -95,6 +96,10 @@ class HeuristicSceneEngine:
 
     name = "heuristic"
     rejection_retries = 0
+
+    def fallback_for(self, error: MnemoflowError) -> None:
+        """Nothing plans a window this engine refused: the failure stands."""
+        return None
 
     def __init__(
         self, embedder: Embedder, *, join_threshold: float = 0.45, cluster_threshold: float = 0.45, min_new: int = 2

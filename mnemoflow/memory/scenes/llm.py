@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from mnemoflow.errors import MnemoflowError
+from mnemoflow.llm.fallback import fell_back
 from mnemoflow.memory.salience import content_words
 from mnemoflow.memory.scenes.model import SceneBlock, SceneInput
+from mnemoflow.memory.scenes.passes import SceneEngine
 from mnemoflow.memory.scenes.plan import ScenePlan, ScenePlanRejected, ScenePolicy
 from mnemoflow.ports import LLM
 from mnemoflow.prompts.scenes import SceneContext, SceneReply, build_scene_messages
@@ -33,13 +36,23 @@ def editable_scenes(scenes: dict[str, SceneBlock], atoms: list[SceneInput], k: i
 
 
 class LLMSceneEngine:
-    """Implements the scene-engine protocol of :mod:`mnemoflow.memory.scenes.passes` with any LLM engine."""
+    """Implements the scene-engine protocol of :mod:`mnemoflow.memory.scenes.passes` with any LLM engine; a window
+    it fails goes to ``fallback`` (the heuristic engine)."""
 
     name = "llm"
     rejection_retries = 1
 
-    def __init__(self, llm: LLM, *, editable: int = 4, max_tokens: int = 4096, language: str | None = None) -> None:
+    def __init__(
+        self,
+        llm: LLM,
+        *,
+        fallback: SceneEngine | None = None,
+        editable: int = 4,
+        max_tokens: int = 4096,
+        language: str | None = None,
+    ) -> None:
         self.llm = llm
+        self.fallback = fallback
         self.editable = editable
         self.max_tokens = max_tokens
         self.language = language
@@ -76,3 +89,8 @@ class LLMSceneEngine:
         if hidden:
             raise ScenePlanRejected(hidden)
         return ScenePlan(edits=reply.edits, persona_update_reason=reply.persona_update_reason)
+
+    def fallback_for(self, error: MnemoflowError) -> SceneEngine | None:
+        if self.fallback is not None:
+            fell_back(self.llm, "l2_scenes", error)
+        return self.fallback

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, Protocol
 
-from mnemoflow.errors import MnemoflowError
+from mnemoflow.errors import MnemoflowError, StructuredOutputError
 from mnemoflow.memory.scenes.model import SceneBlock, SceneInput, format_ts
 from mnemoflow.memory.scenes.plan import ScenePlan, ScenePlanRejected, ScenePolicy, apply_plan
 from mnemoflow.memory.scenes.store import SceneStore
@@ -31,6 +31,11 @@ class SceneEngine(Protocol):
     name: str
     rejection_retries: int
     """How often a refused plan is asked again with the reasons (a model can fix it; the heuristic cannot)."""
+
+    def fallback_for(self, error: MnemoflowError) -> SceneEngine | None:
+        """The engine that plans a window this one failed (its reply invalid after the repair try, or its plan
+        refused after the retries), having counted it; None: the failure stands."""
+        ...
 
     async def plan(
         self,
@@ -99,16 +104,23 @@ async def run_scene_pass(
     live = {name: block for name, block in current.items() if not block.deleted}
     allowed = {a.id for a in atoms}
     feedback = None
-    for attempt in range(engine.rejection_retries + 1):
+    attempt = 0
+    while True:
         try:
             plan = await engine.plan(live, atoms, now, policy, feedback)
             result = apply_plan(current, plan, allowed, now, policy)
             break
-        except ScenePlanRejected as exc:
-            log.warning("scene plan refused (engine %s, attempt %d): %s", engine.name, attempt + 1, exc.problems)
-            if attempt == engine.rejection_retries:
+        except (ScenePlanRejected, StructuredOutputError) as exc:
+            if isinstance(exc, ScenePlanRejected):
+                log.warning("scene plan refused (engine %s, attempt %d): %s", engine.name, attempt + 1, exc.problems)
+                if attempt < engine.rejection_retries:
+                    attempt += 1
+                    feedback = "\n".join(f"- {p}" for p in exc.problems)
+                    continue
+            fallback = engine.fallback_for(exc)
+            if fallback is None:
                 raise
-            feedback = "\n".join(f"- {p}" for p in exc.problems)
+            engine, feedback, attempt = fallback, None, 0
     digest = hashlib.blake2b(",".join(sorted(allowed)).encode(), digest_size=4).hexdigest()
     pass_id = f"{format_ts(now)}-{digest}"
     store.commit(result.writes, pass_id)
