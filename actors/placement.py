@@ -98,7 +98,7 @@ def build_shards(
             settings.shard_max_sessions,
             llm_factory,
             traces,
-            model_stages=sorted(settings.llm_stages),
+            model_stages=sorted(settings.model_stages),
         )
 
     handles = [create(i) for i in range(settings.session_shards)]

@@ -35,8 +35,7 @@ sys.path.insert(0, str(ROOT))
 from bench.locomo_recall import (  # noqa: E402
     evidence_by_speaker,
     load_module,
-    turn_content,
-    turn_time,
+    speaker_events,
     uid,
     without_atom,
 )
@@ -71,19 +70,7 @@ def locomo(convs: list[dict[str, Any]], files: LocalFileStore) -> dict[str, Any]
     for conv in convs:
         for name, own in evidence_by_speaker(conv).items():
             user = uid(conv["sample_id"], name)
-            events = [
-                TurnEvent(
-                    tenant=TENANT,
-                    message_id=t["dia_id"],
-                    user=user,
-                    session=f"s{t['session']}",
-                    role="user" if t["speaker"] == name else "assistant",
-                    content=turn_content(t),
-                    ts=turn_time(t),
-                    name=t["speaker"],
-                )
-                for t in conv["turns"]
-            ]
+            events = speaker_events(TENANT, user, name, conv["turns"])
             atoms = drafted(files, user, events)
             cited = {i for src in atoms for i in src}
             drafts += len(atoms)

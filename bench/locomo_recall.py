@@ -201,6 +201,23 @@ def turn_content(turn: dict[str, Any]) -> str:
     return turn["text"] + (f" [shares a photo: {turn['blip_caption']}]" if turn.get("blip_caption") else "")
 
 
+def speaker_events(tenant: str, user: str, speaker: str, turns: list[dict[str, Any]]) -> list[TurnEvent]:
+    """LoCoMo turns as the events of one speaker's memory: that speaker is the ``user``, the other the assistant."""
+    return [
+        TurnEvent(
+            tenant=tenant,
+            message_id=t["dia_id"],
+            user=user,
+            session=f"s{t['session']}",
+            role="user" if t["speaker"] == speaker else "assistant",
+            content=turn_content(t),
+            ts=turn_time(t),
+            name=t["speaker"],
+        )
+        for t in turns
+    ]
+
+
 def raw_text(turn: dict[str, Any]) -> str:
     """A raw turn as the baselines index it: named like an atom."""
     return f"{turn['speaker']}: {turn_content(turn)}"

@@ -41,6 +41,11 @@ ModelStage = Literal["l1", "boundary", "summaries", "canvas", "scenes", "persona
 """The stages that can run on a model: L1 extraction with its dedup decisions, the L1.5 task-boundary judge, offload
 summaries, the task canvas, L2 scenes and the L3 persona."""
 MODEL_STAGES: frozenset[ModelStage] = frozenset(get_args(ModelStage))
+CPU_MODEL_STAGES: frozenset[ModelStage] = frozenset()
+"""The stages a model on the CPU (``llama_cpp``) runs unless ``llm_stages`` lists them: none. Measured on 2 cores
+with the packaged Qwen2.5-Coder 0.5B and 1.5B (``bench/model_engine.py``, docs/limitations.md), every stage wrote
+worse memory than its heuristic (L1 copies messages, personas invent facts, scene replies are refused), an L1 call
+takes one to two minutes for about five turns, and the offload stages would hold a compaction for a minute."""
 
 
 class Retention(BaseModel):
@@ -210,10 +215,11 @@ class Settings(BaseSettings):
     llm_engine: Literal["heuristic", "openai", "llama_cpp", "vllm"] = Field(
         "heuristic", description="The model engine of every LLM stage; heuristic runs each stage without a model."
     )
-    llm_stages: frozenset[ModelStage] = Field(
-        MODEL_STAGES,
+    llm_stages: frozenset[ModelStage] | None = Field(
+        None,
         description='With a model engine, the stages that run on it (a JSON list, e.g. ["scenes", "persona", '
-        '"canvas"]); every other stage runs its heuristic.',
+        '"canvas"]); every other stage runs its heuristic. None: every stage on openai and vllm, none on '
+        "llama_cpp (on the packaged CPU models each stage measured worse than its heuristic: see the limitations).",
     )
     llm_url: str | None = Field(None, description="OpenAI-compatible base URL for llm_engine='openai'.")
     llm_model: str = Field("default", description="Model name (openai, vllm) sent to the engine.")
@@ -347,6 +353,13 @@ class Settings(BaseSettings):
             return None
         root = url.rstrip("/")
         return root if root.endswith("/v1") else root + "/v1"
+
+    @property
+    def model_stages(self) -> frozenset[ModelStage]:
+        """The stages that run on the configured model: ``llm_stages``, else the engine's default."""
+        if self.llm_stages is not None:
+            return self.llm_stages
+        return CPU_MODEL_STAGES if self.llm_engine == "llama_cpp" else MODEL_STAGES
 
     @property
     def shard_partitions(self) -> int:

@@ -102,7 +102,7 @@ def ensure_curators(settings: Settings, *, detached: bool) -> list[Any]:
         timing=timing,
         llm_factory=llm_factory(s),
         lifetime=_lifetime(detached),
-        model_stages=s.llm_stages,
+        model_stages=s.model_stages,
     )
 
 

@@ -79,7 +79,7 @@ class ExtractorServer:
         self.run.set_max_batch_size(max_batch_size)  # 1 turns batching off (the benchmark compares both)
         embedder, index = open_index(settings)
         self.store = TimedIndex(index)
-        make_llm = llm_factory(settings) if "l1" in settings.llm_stages else None
+        make_llm = llm_factory(settings) if "l1" in settings.model_stages else None
         self._llm = make_llm() if make_llm else None
         extractor, judge = l1_engines(self._llm)
         # Model engines await the model (the llm deployment's handle belongs to this loop): they stay here.

@@ -9,6 +9,7 @@ the caller's ``ServeLLM.usage`` records each call's stage, latency and outcome a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import time
 from collections.abc import Callable
@@ -57,7 +58,7 @@ class LLMServer:
         return f"{state}; this replica: {stages}" if stages else state
 
     def usage(self) -> dict[str, Any]:
-        return {name: vars(totals) for name, totals in self._engine.usage.stages().items()}
+        return {name: dataclasses.asdict(totals) for name, totals in self._engine.usage.stages().items()}
 
 
 def build_llm_app(settings: Settings) -> Any:

@@ -27,8 +27,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
+from mnemoflow.llm.models import ModelName
 from streams.broker import free_port, stop_process, tail
 from streams.broker_kafka import EmbeddedKafka, ensure_kafka_jars
+
+TEST_MODEL: ModelName = "qwen2.5-0.5b"
+"""The packaged model the tests run (the small one: CI shares 2 cores)."""
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -93,6 +93,14 @@ def up(
         raise typer.Exit(2) from exc
     if settings.llm_engine == "heuristic":
         console.print("[yellow]No model configured: using the deterministic heuristic engine.[/]")
+    elif not settings.model_stages:
+        console.print(
+            f"[yellow]{settings.llm_engine}: no stage runs on the model unless MNEMOFLOW_LLM_STAGES lists it "
+            "(on the packaged CPU models every stage measured worse than its heuristic; see the limitations "
+            "page).[/]"
+        )
+    else:
+        console.print(f"Stages on the model ({settings.llm_engine}): {', '.join(sorted(settings.model_stages))}.")
     stack = Stack(settings)
     stopping = threading.Event()
     started = False

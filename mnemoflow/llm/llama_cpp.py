@@ -1,6 +1,7 @@
 """The ``llama_cpp`` engine: a GGUF model in-process on CPU, for single-machine self-hosting.
 
-llama.cpp turns the JSON schema into a grammar, so the sampler can only emit schema-valid JSON. Inference is
+Each reply's JSON schema becomes a llama.cpp grammar (:mod:`mnemoflow.llm.grammar`), so the sampler can only emit
+JSON of that shape (pydantic still validates what the schema cannot say). Inference is
 CPU-bound and blocking, so each call runs in a worker thread and calls are serialised (one context). Needs
 ``pip install 'mnemoflow[llama]'`` (llama-cpp-python builds from source: about 10 minutes on 2 cores).
 """
@@ -8,10 +9,12 @@ CPU-bound and blocking, so each call runs in a worker thread and calls are seria
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
 from mnemoflow.errors import ConfigError
+from mnemoflow.llm.grammar import schema_grammar
 from mnemoflow.llm.structured import RawReply, StructuredEngine, StructuredRequest
 from mnemoflow.llm.usage import LLMUsage
 
@@ -29,13 +32,34 @@ class LlamaCppEngine(StructuredEngine):
         self.usage = usage if usage is not None else LLMUsage()
         self._llm = Llama(model_path=str(model_path), n_ctx=n_ctx, n_threads=threads, verbose=False)
         self._lock = asyncio.Lock()
+        self._grammars: dict[str, Any] = {}
+
+    def _grammar(self, schema: dict[str, Any]) -> Any:
+        """The parsed grammar of a schema, built once per output model (a few per stage)."""
+        from llama_cpp import LlamaGrammar
+
+        key = json.dumps(schema, sort_keys=True)
+        if key not in self._grammars:
+            text = schema_grammar(schema)
+            self._check_grammar(text)
+            self._grammars[key] = LlamaGrammar.from_string(text, verbose=False)
+        return self._grammars[key]
+
+    def _check_grammar(self, text: str) -> None:
+        """Refuse a grammar llama.cpp cannot parse: the sampler would drop it and decode unconstrained text."""
+        import llama_cpp
+
+        sampler = llama_cpp.llama_sampler_init_grammar(self._llm._model.vocab, text.encode(), b"root")
+        if not sampler:
+            raise ConfigError(f"llama.cpp refused the grammar of an output schema:\n{text[:2000]}")
+        llama_cpp.llama_sampler_free(sampler)
 
     def _complete(self, request: StructuredRequest) -> dict[str, Any]:
         reply: dict[str, Any] = self._llm.create_chat_completion(
             messages=[m.model_dump() for m in request.messages],
             max_tokens=request.max_tokens,
             temperature=request.temperature,
-            response_format={"type": "json_object", "schema": request.schema},
+            grammar=self._grammar(request.schema),
         )
         return reply
 

@@ -24,12 +24,15 @@ from mnemoflow.ports.llm import ChatMessage
 VERSION = "l1-extraction/2"
 MAX_MEMORIES = 20
 MAX_TARGETS = 5
+MAX_MEMORY_CHARS = 300
+"""One fact is a sentence. The grammar closes a string at this bound, which is what stops a small model that
+loops inside one (Qwen2.5 0.5B ran a memory to the max_tokens limit, an invalid reply)."""
 
 
 class MemoryOut(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    content: str = Field(min_length=1, max_length=1000)
+    content: str = Field(min_length=1, max_length=MAX_MEMORY_CHARS)
     type: Literal["persona", "episodic", "instruction"]
     priority: int = Field(ge=-1, le=100)
     source_message_ids: list[str] = Field(min_length=1, max_length=10)
@@ -37,7 +40,7 @@ class MemoryOut(BaseModel):
     activity_end: str | None = None
     decision: Action | None = Field(None, description="against EXISTING memories; omit when unsure")
     target_ids: list[str] = Field(default_factory=list, max_length=MAX_TARGETS)
-    merged_content: str | None = Field(None, max_length=1000)  # as content; llama.cpp grammars cap repetition
+    merged_content: str | None = Field(None, max_length=MAX_MEMORY_CHARS)
     merged_type: Literal["persona", "episodic", "instruction"] | None = None
     merged_priority: int | None = Field(None, ge=-1, le=100)
 

@@ -7,13 +7,23 @@ parse failure is an error to retry, never a silent "false, false, false" (docs/t
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from mnemoflow.ports.llm import ChatMessage
 
 VERSION = "offload_boundary/1"
+
+
+def _kebab(label: str | None) -> str | None:
+    """The label in kebab-case (``Fix Parser`` -> ``fix-parser``); None when nothing is left (a Chinese label: the
+    judge then derives one from the goal). Normalised, not refused: the 30-character bound is the grammar's, and a
+    pattern in the schema would lift it (llama.cpp's converter drops ``maxLength`` beside ``pattern``)."""
+    if label is None:
+        return None
+    return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-") or None
 
 
 class BoundaryReply(BaseModel):
@@ -21,11 +31,8 @@ class BoundaryReply(BaseModel):
     decision: Literal["continue", "new_long", "short"] = Field(
         description="continue: same task as the active canvas; new_long: a new multi-step task; short: Q&A or chat."
     )
-    label: str | None = Field(
-        None,
-        max_length=30,
-        pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$",
-        description="kebab-case label for a new long task, else null.",
+    label: Annotated[str | None, AfterValidator(_kebab)] = Field(
+        None, max_length=30, description="kebab-case label for a new long task, else null."
     )
     goal: str | None = Field(None, max_length=200, description="One-line goal of a new long task.")
 

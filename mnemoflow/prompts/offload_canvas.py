@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mnemoflow.offload.canvas import MAX_OPS, STATUSES, CanvasOps
+from mnemoflow.offload.canvas.model import NODE_ID_PATTERN
 from mnemoflow.ports.llm import ChatMessage
 
 VERSION = "offload_canvas/2"
@@ -19,24 +20,27 @@ _IDS: Any = Field(default_factory=list, max_length=30)  # one constraint shared 
 # follow a Literal made from a variable, hence the ignore.
 StatusName = Literal[STATUSES]  # type: ignore[valid-type]
 _C = ConfigDict(extra="forbid")
+_NODE = "^" + NODE_ID_PATTERN.replace("(?:", "(").replace(r"\d", "[0-9]") + "$"
+"""A node id's shape in the schema itself, so a grammar-constrained model cannot write a tool call id there
+(capturing, and ``[0-9]`` for ``\\d``: llama.cpp's converter knows no ``(?:`` and reads ``\\d`` as a letter)."""
 
 
 class _AddNode(BaseModel):
     model_config = _C
     op: Literal["add_node"]
-    id: str | None = Field(None, max_length=16)
+    id: str | None = Field(None, max_length=16, pattern=_NODE)
     stage: str = Field(max_length=40)
     action: str = Field(max_length=120)
     status: StatusName = "doing"
     summary: str = Field("", max_length=200)
     tool_call_ids: list[str] = _IDS
-    after: str | None = Field(None, max_length=16)
+    after: str | None = Field(None, max_length=16, pattern=_NODE)
 
 
 class _UpdateNode(BaseModel):
     model_config = _C
     op: Literal["update_node"]
-    id: str = Field(max_length=16)
+    id: str = Field(max_length=16, pattern=_NODE)
     stage: str | None = Field(None, max_length=40)
     action: str | None = Field(None, max_length=120)
     summary: str | None = Field(None, max_length=200)
@@ -45,22 +49,22 @@ class _UpdateNode(BaseModel):
 class _AddEdge(BaseModel):
     model_config = _C
     op: Literal["add_edge"]
-    src: str = Field(max_length=16)
-    dst: str = Field(max_length=16)
+    src: str = Field(max_length=16, pattern=_NODE)
+    dst: str = Field(max_length=16, pattern=_NODE)
     label: str | None = Field(None, max_length=60)
 
 
 class _SetStatus(BaseModel):
     model_config = _C
     op: Literal["set_status"]
-    id: str = Field(max_length=16)
+    id: str = Field(max_length=16, pattern=_NODE)
     status: StatusName
 
 
 class _Assign(BaseModel):
     model_config = _C
     op: Literal["assign_tool_calls"]
-    id: str = Field(max_length=16)
+    id: str = Field(max_length=16, pattern=_NODE)
     tool_call_ids: list[str] = Field(min_length=1, max_length=30)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mnemoflow.llm.looping import NotLooping
 from mnemoflow.memory.persona.generate import MAX_PERSONA_CHARS, PersonaContext
 from mnemoflow.memory.scenes.model import format_ts, render_scene
 from mnemoflow.ports.llm import ChatMessage
@@ -18,7 +19,7 @@ VERSION = "persona-v1"
 class PersonaReply(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    persona: str = Field(min_length=1, max_length=MAX_PERSONA_CHARS)
+    persona: NotLooping = Field(min_length=1, max_length=MAX_PERSONA_CHARS)
 
 
 SYSTEM = f"""You are a persona architect following an incremental evolution protocol. Write the user's persona as

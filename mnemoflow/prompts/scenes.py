@@ -3,6 +3,7 @@
 Pure: :func:`build_scene_messages` turns a :class:`SceneContext` into chat messages; the reply model is
 :class:`SceneReply`. The model sees every scene's index entry and the full text of the scenes it may edit
 (``editable``): an update or merge must name one of those, so a scene is never rewritten from its summary.
+Version 2 tells the model to create when there are no scenes yet (small models replied with no edit).
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from datetime import datetime
 
 from pydantic import Field
 
+from mnemoflow.llm.looping import NotLooping
 from mnemoflow.memory.scenes.model import MAX_SCENE_CHARS, SceneBlock, SceneInput, format_ts, render_scene
 from mnemoflow.memory.scenes.plan import SceneEdit, ScenePlan
 from mnemoflow.ports.llm import ChatMessage
 
-VERSION = "scenes-v1"
+VERSION = "scenes-v2"
 MAX_REPLY_EDITS = 4
 
 
@@ -25,7 +27,7 @@ class ModelSceneEdit(SceneEdit):
     """An edit as the model writes it: no atom-id links, so the body's schema bound is what a reader sees (the
     structured-output grammar stops the model there instead of letting it write a body validation then rejects)."""
 
-    body: str = Field("", max_length=MAX_SCENE_CHARS)
+    body: NotLooping = Field("", max_length=MAX_SCENE_CHARS)
 
 
 class SceneReply(ScenePlan):
@@ -67,7 +69,9 @@ summary: 30-40 words that say what the scene is about, for the scene index.
 Set persona_update_reason when these memories change who the user is (identity, values, a big life event)."""
 
 
-def _capacity_hint(n: int, max_scenes: int) -> str:
+def _capacity_hint(n: int, max_scenes: int, max_creates: int) -> str:
+    if n == 0:
+        return f"No scenes yet: create 1-{max_creates} scenes that together reflect every new memory."
     if n >= max_scenes:
         return f"The user is AT the limit ({n}/{max_scenes}): you must merge 2-4 similar scenes before any create."
     if n == max_scenes - 1:
@@ -92,7 +96,7 @@ def build_scene_messages(ctx: SceneContext) -> list[ChatMessage]:
     editable = "\n\n".join(f"#### {name}\n```markdown\n{render_scene(ctx.scenes[name])}```" for name in ctx.editable)
     parts = [
         f"Write scene text in {ctx.language}. Current time: {format_ts(ctx.now)}.",
-        _capacity_hint(len(ctx.scenes), ctx.max_scenes),
+        _capacity_hint(len(ctx.scenes), ctx.max_scenes, ctx.max_creates),
         "## New memories\n" + json.dumps(memories, ensure_ascii=False, indent=0),
         "## Scene index\n" + index,
         "## Editable scenes (full text)\n" + (editable or "(none)"),

@@ -25,21 +25,17 @@ import httpx
 import psutil
 import pytest
 
-from mnemoflow.config import Settings
-from mnemoflow.errors import ConfigError
-from mnemoflow.llm.models import ModelName, installed_model
 from mnemoflow.memory.l0 import read_l0
 from mnemoflow.replay import load_replays
 from mnemoflow.storage import LocalFileStore
 from streams.broker import free_port
-from tests.services import llama_cpp_server
+from tests.services import TEST_MODEL, llama_cpp_server
 
 pytestmark = pytest.mark.integration
 
 EVAL = Path(__file__).resolve().parents[3] / "shared" / "eval" / "trajectories" / "openhands_swebench_verified"
 TRAJECTORY = EVAL / "trajs" / "django__django-11095"
 LOOPBACK = ("127.", "::1", "::ffff:127.")
-TEST_MODEL: ModelName = "qwen2.5-0.5b"
 
 
 @dataclass
@@ -220,17 +216,6 @@ def test_sigterm_stops_every_process(up: Up) -> None:
     assert not left, f"left running after SIGTERM: {names}"
 
 
-def _test_model() -> Path:
-    """The verified 0.5B GGUF. Missing: skipped with how to fetch it, except in CI, where `make test` fetches it
-    before the tests run, so a missing file there is a failure."""
-    try:
-        return installed_model(TEST_MODEL, Settings().models_dir)
-    except ConfigError as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true and the test model is not there (`make test` fetches it): {exc}")
-        pytest.skip(str(exc))
-
-
 def _model_env(gguf: Path) -> dict[str, str]:
     """Small context, one thread: the llm replica shares 2 cores with the rest of the stack (and the tests)."""
     return {
@@ -259,18 +244,15 @@ def _ready_with_llm(up: Up) -> str:
     return str(checks["llm"]["detail"])
 
 
-def test_up_with_llama_cpp_in_process_gets_ready(tmp_path: Path) -> None:
+def test_up_with_llama_cpp_in_process_gets_ready(tmp_path: Path, test_model_gguf: Path) -> None:
     """The one setting of issue 28 (``MNEMOFLOW_LLM``); ``--llm llama-cpp --model NAME`` maps onto it."""
-    pytest.importorskip("llama_cpp", reason="needs the llama extra: pip install 'mnemoflow[llama]'")
-    gguf = _test_model()
-    with _mnemoflow_up(tmp_path, env={**_model_env(gguf), "MNEMOFLOW_LLM": TEST_MODEL}) as up:
+    with _mnemoflow_up(tmp_path, env={**_model_env(test_model_gguf), "MNEMOFLOW_LLM": TEST_MODEL}) as up:
         assert _ready_with_llm(up) == "LlamaCppEngine loaded"
 
 
-def test_up_with_openai_against_llama_cpp_server_gets_ready(tmp_path: Path) -> None:
+def test_up_with_openai_against_llama_cpp_server_gets_ready(tmp_path: Path, test_model_gguf: Path) -> None:
     pytest.importorskip("llama_cpp.server", reason="needs the llama extra: pip install 'mnemoflow[llama]'")
-    gguf = _test_model()
-    with llama_cpp_server(gguf, tmp_path / "llama.log", n_ctx=2048) as url:
+    with llama_cpp_server(test_model_gguf, tmp_path / "llama.log", n_ctx=2048) as url:
         env = {"MNEMOFLOW_LLM_SCHEMA_FORMAT": "json_object"}  # llama.cpp's server takes a schema this way
         with _mnemoflow_up(tmp_path, "--llm", "openai", "--llm-url", url, env=env) as up:
             assert _ready_with_llm(up) == f"{url}/v1/models answered 200"

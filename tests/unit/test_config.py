@@ -93,9 +93,11 @@ def test_a_tenant_cannot_take_the_name_of_a_service_folder() -> None:
 
 
 def test_the_model_stages_are_a_json_list_of_known_stages(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert Settings().llm_stages == {"l1", "boundary", "summaries", "canvas", "scenes", "persona"}  # all by default
+    every = {"l1", "boundary", "summaries", "canvas", "scenes", "persona"}
+    assert Settings(llm_engine="openai").model_stages == every  # by default: all on a served model
+    assert Settings(llm_engine="llama_cpp").model_stages == set()  # none on a CPU model unless listed
     monkeypatch.setenv("MNEMOFLOW_LLM_STAGES", '["scenes", "persona", "canvas"]')
-    assert Settings().llm_stages == {"scenes", "persona", "canvas"}
+    assert Settings(llm_engine="llama_cpp").model_stages == {"scenes", "persona", "canvas"}
     monkeypatch.setenv("MNEMOFLOW_LLM_STAGES", '["scenes", "extraction"]')  # a stage that does not exist
     with pytest.raises(ValidationError, match="llm_stages"):
         Settings()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -124,7 +125,9 @@ def test_llm_engines_through_scripted_model(tmp_path: Path) -> None:
             ]
         }
     )
-    long_body = "# Persona\n" + "\n".join(f"- line {i} " + "x" * 60 for i in range(28))  # ~1,990 chars
+    rnd = random.Random(7)  # varied text with no numbers: a loop or an invented number would be refused
+    lines = ["- line " + "".join(rnd.choice("abcdefghij klmnop") for _ in range(64)) for _ in range(28)]
+    long_body = "# Persona\n" + "\n".join(lines)  # ~2,000 chars
     llm = ScriptedLLM([scene, PersonaReply(persona=long_body[:MAX_PERSONA_CHARS])])
     cur = Curator(files, clock, LLMSceneEngine(llm), LLMPersonaEngine(llm))
     out = asyncio.run(cur.run_now("acme", "alice"))
@@ -269,3 +272,16 @@ def test_replies_invalid_after_the_repair_try_fall_back_to_the_heuristic_engines
     assert [c.stage for c in llm.calls] == ["l2_scenes"] * 2 + ["l3_persona"] * 2
     assert llm.usage.stage("l2_scenes").fallbacks == llm.usage.stage("l3_persona").fallbacks == 1
     assert "### Path: scenes/" in PersonaStore(files, "acme", "alice").read()
+
+
+def test_a_scene_reply_with_no_edit_for_new_memories_is_asked_again_then_falls_back(tmp_path: Path) -> None:
+    """Small models answered new memories with an empty plan: asked once more with the reason, then the heuristic
+    engine writes the scenes, so the memories still reach L2."""
+    files, clock = LocalFileStore(tmp_path), ManualClock(T0)
+    write(files, many(3))
+    llm = ScriptedLLM([SceneReply(edits=[]), SceneReply(edits=[]), PersonaReply(persona="# Persona\n- hikes")])
+    scenes = LLMSceneEngine(llm, fallback=HeuristicSceneEngine(HashingEmbedder()))
+    out = asyncio.run(Curator(files, clock, scenes, LLMPersonaEngine(llm)).run_now("acme", "alice"))
+    assert out.status == "applied" and out.created
+    assert "no edit for 3 new memories" in llm.calls[1].messages[-1].content
+    assert llm.usage.stage("l2_scenes").fallbacks == 1

@@ -261,3 +261,19 @@ def test_a_current_arc_is_the_users_own_event_not_the_assistants_answer() -> Non
     ctx = PersonaContext([scene("hiking.md", 3, items)], [], "", "first", "r", 2, NOW)
     arcs = HeuristicPersonaEngine().render(ctx).split("## 4. Current arcs")[1]
     assert "[2025-02-01]" in arcs and "I walked the GR-90 trail" in arcs and "Assistant:" not in arcs
+
+
+def test_a_persona_with_numbers_no_scene_holds_is_written_by_the_heuristic(stores) -> None:  # type: ignore[no-untyped-def]
+    """Issue 28: a small model invented an age and an income from one greeting; dates from the scenes are fine."""
+    _, scenes, persona = stores
+    invented = "# Profile\n- 30 years old, earns $80,000 a year.\n- Busy since 2025-02-03."
+    llm = ScriptedLLM([PersonaReply(persona=invented)])
+    engine = LLMPersonaEngine(llm, fallback=HeuristicPersonaEngine())
+    asyncio.run(generate_persona(persona, scenes, engine, cold(), now=NOW))
+    assert "80,000" not in persona.read() and persona.read_body()
+    assert llm.usage.stage("l3_persona").fallbacks == 1
+    grounded = ScriptedLLM(
+        [PersonaReply(persona="# Profile\n### 3.1 How to Speak\n- Busy since 2025-02-03 (fact 11).")]
+    )
+    asyncio.run(generate_persona(persona, scenes, LLMPersonaEngine(grounded), cold(), now=NOW))
+    assert "fact 11" in persona.read() and grounded.usage.stage("l3_persona").fallbacks == 0

@@ -1,17 +1,43 @@
-"""The model persona engine: one structured call through the LLM port (the reply is the body only)."""
+"""The model persona engine: one structured call through the LLM port (the reply is the body only).
+
+A persona is the one layer a model writes from scratch over many memories, so it is where a small model invents
+the most: from one Chinese greeting, Qwen2.5 1.5B wrote a 30-year-old software engineer earning $80,000
+(``bench/model_engine.py``). The schema cannot catch that; a cheap part of it can be: every number of two or more
+digits in the persona must appear in the scenes or the current persona it was written from, else the heuristic
+engine writes this persona.
+"""
 
 from __future__ import annotations
 
-from mnemoflow.errors import StructuredOutputError
+import re
+
+from mnemoflow.errors import MnemoflowError, StructuredOutputError
 from mnemoflow.llm.fallback import fell_back
 from mnemoflow.memory.persona.generate import PersonaContext, PersonaEngine
+from mnemoflow.memory.scenes.model import format_ts, render_scene
 from mnemoflow.ports import LLM
-from mnemoflow.prompts.persona import PersonaReply, build_persona_messages
+from mnemoflow.prompts.persona import SYSTEM, PersonaReply, build_persona_messages
+
+NUMBER = re.compile(r"\d(?:[\d,.:/-]*\d)?")
+
+
+class UngroundedPersona(MnemoflowError):
+    """The model's persona states numbers that none of its sources holds (ages, incomes, dates it made up)."""
+
+
+def ungrounded_numbers(persona: str, ctx: PersonaContext) -> list[str]:
+    """Numbers of two or more digits in ``persona`` that no scene, the current persona, the time given or the
+    prompt's own template (its chapters 3.1 and 3.2) holds."""
+    given = [*(render_scene(b) for b in ctx.scenes), ctx.current, format_ts(ctx.now), SYSTEM]
+    sources = "\n".join(given).replace(",", "")
+    found = {n.replace(",", "") for n in NUMBER.findall(persona)}
+    return sorted(n for n in found if sum(c.isdigit() for c in n) >= 2 and n not in sources)
 
 
 class LLMPersonaEngine:
     """Implements :class:`~mnemoflow.memory.persona.generate.PersonaEngine` with any LLM engine; a reply still
-    invalid after the repair try has ``fallback`` (the heuristic engine) write that persona."""
+    invalid after the repair try, or stating numbers it was not given, has ``fallback`` (the heuristic engine)
+    write that persona."""
 
     name = "llm"
     every_n: int | None = None
@@ -33,7 +59,9 @@ class LLMPersonaEngine:
         messages = build_persona_messages(ctx, *([self.language] if self.language else []))
         try:
             reply = await self.llm.complete(messages, PersonaReply, max_tokens=self.max_tokens, stage="l3_persona")
-        except StructuredOutputError as exc:
+            if invented := ungrounded_numbers(reply.persona, ctx):
+                raise UngroundedPersona(f"the persona states numbers no scene holds: {', '.join(invented[:5])}")
+        except (StructuredOutputError, UngroundedPersona) as exc:
             if self.fallback is None:
                 raise
             fell_back(self.llm, "l3_persona", exc)

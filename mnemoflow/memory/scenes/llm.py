@@ -86,6 +86,10 @@ class LLMSceneEngine:
             for name in ([edit.filename] if edit.action != "merge" else edit.sources)
             if name in scenes and name not in editable
         ]
+        if atoms and not reply.edits:
+            # A small model's easy way out (Qwen2.5 0.5B and 1.5B, bench/model_engine.py): new memories that no
+            # scene reflects would never reach L2 or the persona.
+            hidden.append(f"no edit for {len(atoms)} new memories: update an editable scene or create one")
         if hidden:
             raise ScenePlanRejected(hidden)
         return ScenePlan(edits=reply.edits, persona_update_reason=reply.persona_update_reason)
