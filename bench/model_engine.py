@@ -201,15 +201,28 @@ def prompt_versions() -> dict[str, str]:
 
 
 def stage_rows(engine: str, usage: LLMUsage | None) -> list[list[str]]:
+    """Schema-valid at the first try is a call with no repair (one repair at most, so calls less retries); after
+    the repair, the calls that validated. Tokens/s are completion tokens over the calls' whole latency (prefill
+    included)."""
     rows = []
     for stage in STAGES:
-        if usage is None:
-            rows.append([stage, engine, "0", "-", "-", "-", "-"])
+        t = usage.stage(stage) if usage is not None else None
+        if t is None or not t.calls:
+            rows.append([stage, engine, "0", "-", "-", "-", "-", "-", "-"])
             continue
-        t = usage.stage(stage)
-        mean = f"{t.latency_s / t.calls:.1f}" if t.calls else "-"
-        tokens = f"{t.prompt_tokens} / {t.completion_tokens}"
-        rows.append([stage, engine, str(t.calls), str(t.retries), str(t.fallbacks), tokens, mean])
+        rows.append(
+            [
+                stage,
+                engine,
+                str(t.calls),
+                f"{t.calls - t.retries} / {t.calls}",
+                f"{t.ok} / {t.calls}",
+                str(t.fallbacks),
+                f"{t.prompt_tokens / t.calls:.0f} / {t.completion_tokens / t.calls:.0f}",
+                f"{t.latency_s / t.calls:.1f}",
+                f"{t.completion_tokens / t.latency_s:.1f}" if t.latency_s else "-",
+            ]
+        )
     return rows
 
 
@@ -279,7 +292,17 @@ def main() -> None:
         ),
         Table(
             title=f"Model calls per stage ({args.model}; fallbacks: items the heuristic did after an invalid reply)",
-            columns=["stage", "engine", "calls", "retries", "fallbacks", "tokens in / out", "mean s"],
+            columns=[
+                "stage",
+                "engine",
+                "calls",
+                "valid 1st try",
+                "valid after repair",
+                "fallbacks",
+                "tokens in / out per call",
+                "mean s",
+                "tokens/s",
+            ],
             rows=stage_rows("model", usage),
         ),
     ]

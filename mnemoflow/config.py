@@ -218,7 +218,7 @@ class Settings(BaseSettings):
     llm_stages: frozenset[ModelStage] | None = Field(
         None,
         description='With a model engine, the stages that run on it (a JSON list, e.g. ["scenes", "persona", '
-        '"canvas"]); every other stage runs its heuristic. None: every stage on openai and vllm, none on '
+        '"canvas"]); every other stage runs its heuristic. Unset: every stage on openai and vllm, none on '
         "llama_cpp (on the packaged CPU models each stage measured worse than its heuristic: see the limitations).",
     )
     llm_url: str | None = Field(None, description="OpenAI-compatible base URL for llm_engine='openai'.")
