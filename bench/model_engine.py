@@ -14,9 +14,10 @@ item's heuristic fallback, as in the service):
   trajectory, compacted once in a 32k window. Quality: entries with a summary, and canvas calls on a node, the
   canvas passing our Mermaid check.
 
-Per stage and engine: model calls, retries, fallbacks, tokens in/out, mean latency, and the stage's wall time.
+Per stage: model calls, schema-valid at the first try and after the repair, fallbacks, tokens in/out per call, mean
+latency and tokens/s; per engine, each stage's wall time.
 
-    python bench/model_engine.py --quick            # the 0.5B, 20 turns a set, 8 calls (~10 min on 2 cores)
+    python bench/model_engine.py --quick            # the 0.5B, 20 turns a set, 8 calls (~14 min on 2 cores)
     python bench/model_engine.py --model qwen2.5-1.5b
 
 Writes ``bench/results/model_engine-<model>.json`` (``-quick`` with ``--quick``).
