@@ -58,8 +58,32 @@ class ShardMetrics:
             "mnemoflow_shard_compaction_seconds", "One compaction turn", boundaries=LATENCY_BOUNDARIES_S, tag_keys=keys
         )
 
+        self._refined = Counter(
+            "mnemoflow_shard_refined",
+            "Offload items the model's background pass handled, by stage and outcome (applied: the model's output "
+            "stands; late, skipped: the heuristic's stays; fallback: the model failed)",
+            tag_keys=("shard", "stage", "outcome"),
+        )
+        self._refine_queue = Gauge(
+            "mnemoflow_shard_refine_queued", "Sessions waiting for the model's background pass", tag_keys=keys
+        )
+        self._refine_dropped = Counter(
+            "mnemoflow_shard_refine_dropped",
+            "Sessions not queued for the model's pass because the queue was full (they keep the heuristic's output)",
+            tag_keys=keys,
+        )
+
     def loaded(self) -> None:
         self._loaded.inc(tags=self._tags)
+
+    def refined(self, stage: str, outcome: str, items: int) -> None:
+        _add(self._refined, items, {**self._tags, "stage": stage, "outcome": outcome})
+
+    def refine_queued(self, sessions: int) -> None:
+        self._refine_queue.set(sessions, tags=self._tags)
+
+    def refine_dropped(self) -> None:
+        self._refine_dropped.inc(tags=self._tags)
 
     def evicted(self, reason: str) -> None:
         self._evicted.inc(tags={**self._tags, "reason": reason})

@@ -6,6 +6,12 @@ evicted when idle or when the shard holds too many. So a shard can restart or mo
 are the source of truth, memory is a cache. Every change to one session (a sync from the stream, a
 compaction) runs under that session's lock, so ``state.json`` has one writer at a time. This class is plain
 Python; :func:`actors.build_shards` applies ``ray.remote`` to it.
+
+Where a model runs offload stages, a compaction still runs the heuristic ones (no request waits on a model) and
+the shard queues the session for a background pass (:func:`mnemoflow.offload.refine.refine_session`), one session
+at a time in arrival order. The queue holds at most ``max_sessions`` sessions; a session that finds it full keeps
+the heuristic's output until its next turn queues it again (counted as ``refine_dropped``). The pass's cursors live
+in ``state.json``, so a restarted shard resumes at the session's next turn.
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Sequence
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +32,7 @@ from actors.metrics import ShardMetrics
 from mnemoflow.config import MODEL_STAGES, ModelStage
 from mnemoflow.errors import InvalidInput
 from mnemoflow.offload.entries import OffloadEntry, read_entries
+from mnemoflow.offload.refine import RefineReport, refine_due, refine_session
 from mnemoflow.offload.replies import CompactRefused, CompactReply
 from mnemoflow.offload.session import compact_session
 from mnemoflow.offload.session_state import SequenceGap, SessionState, advance, load_state, save_state, save_states
@@ -61,6 +69,11 @@ class SessionShard:
         self._sessions: OrderedDict[SessionKey, tuple[SessionState, float]] = OrderedDict()
         self._locks: dict[SessionKey, asyncio.Lock] = {}
         self._loads = 0
+        self._refine_queue: OrderedDict[SessionKey, None] = OrderedDict()
+        self._refine_wake = asyncio.Event()
+        self._refine_worker: asyncio.Task[None] | None = None
+        self._refined = RefineReport()
+        self._refine_dropped = 0
         self._metrics = ShardMetrics(index)
         # Every compaction counts tokens: the vocabulary (~0.5-1 s of CPU, ~135 MB) loads with the shard, or the
         # first request each shard serves after a start pays for it (the proxy bench's slowest first request: 942
@@ -69,6 +82,55 @@ class SessionShard:
 
     def _lock(self, key: SessionKey) -> asyncio.Lock:
         return self._locks.setdefault(key, asyncio.Lock())
+
+    @asynccontextmanager
+    async def _locked(self, key: SessionKey) -> AsyncIterator[None]:
+        """The session's lock, for a writer outside this class's cache (the refine pass): the cached state is
+        dropped, so the next use reads what it saved."""
+        async with self._lock(key):
+            try:
+                yield
+            finally:
+                self._sessions.pop(key, None)
+
+    def _refine_later(self, key: SessionKey, state: SessionState) -> None:
+        """Queue the session for the model's background pass, if it has anything to refine (bounded)."""
+        if self._llm is None or not refine_due(state, self._model_stages) or key in self._refine_queue:
+            return
+        if len(self._refine_queue) >= self._max_sessions:
+            self._refine_dropped += 1
+            self._metrics.refine_dropped()
+            return
+        self._refine_queue[key] = None
+        self._metrics.refine_queued(len(self._refine_queue))
+        self._refine_wake.set()
+        if self._refine_worker is None or self._refine_worker.done():
+            self._refine_worker = asyncio.get_running_loop().create_task(self._refine_loop())
+
+    async def _refine_loop(self) -> None:
+        assert self._llm is not None
+        while True:
+            if not self._refine_queue:
+                self._refine_wake.clear()
+                await self._refine_wake.wait()
+                continue
+            key, _ = self._refine_queue.popitem(last=False)
+            self._metrics.refine_queued(len(self._refine_queue))
+            try:
+                report = await refine_session(
+                    self._files,
+                    *key,
+                    self._llm,
+                    self._model_stages,
+                    clock=self._clock,
+                    locked=partial(self._locked, key),
+                )
+            except Exception:  # noqa: BLE001 - one session's failure must not stop the others' passes
+                log.exception("refine pass of %s/%s failed; its heuristic output stays", *key)
+                continue
+            for (stage, outcome), n in report.counts.items():
+                self._refined.add(stage, outcome, n)
+                self._metrics.refined(stage, outcome, n)
 
     def _catch_up(self, state: SessionState) -> SessionState:
         return advance(state, read_entries(self._files, state.tenant, state.session, after_seq=state.last_seq))
@@ -140,6 +202,8 @@ class SessionShard:
                 await asyncio.to_thread(save_states, self._files, changed)
             for key, state in states.items():
                 self._put(key, state)
+        for state in changed:
+            self._refine_later((state.tenant, state.session), state)
         return len({(s.tenant, s.session) for s in changed})
 
     async def get_state(self, tenant: str, session: str) -> SessionState:
@@ -171,15 +235,23 @@ class SessionShard:
                     messages,
                     window,
                     clock=self._clock,
-                    llm=self._llm,
-                    model_stages=self._model_stages,
+                    judge_later=self._llm is not None and "boundary" in self._model_stages,
                 )
             except InvalidInput as exc:
                 return CompactRefused(reason=str(exc))
             finally:
                 self._sessions.pop(key, None)  # compact_session saved state.json: reload it on next use
                 self._metrics.compacted(time.perf_counter() - started)
+            if self._llm is not None:
+                self._refine_later(key, load_state(self._files, *key))
             return CompactReply.of(result)
 
-    def stats(self) -> dict[str, int]:
-        return {"index": self.index, "sessions_in_memory": len(self._sessions), "loads": self._loads}
+    def stats(self) -> dict[str, Any]:
+        """Sessions held and loaded; with a model, the background pass: items per ``stage/outcome``, sessions
+        waiting and sessions dropped because the queue was full."""
+        out: dict[str, Any] = {"index": self.index, "sessions_in_memory": len(self._sessions), "loads": self._loads}
+        if self._llm is not None:
+            out["refine"] = {f"{stage}/{outcome}": n for (stage, outcome), n in sorted(self._refined.counts.items())}
+            out["refine_queued"] = len(self._refine_queue)
+            out["refine_dropped"] = self._refine_dropped
+        return out

@@ -27,13 +27,15 @@ PROBE_SCOPE = ("health", "probe")
 
 
 async def actors_alive(router: ActorRouter, n: int, lookup: Executor) -> str:
-    """Each of the ``n`` named actors answers ``stats()`` (a restarting actor answers once it is back)."""
+    """Each of the ``n`` named actors answers ``stats()`` (a restarting actor answers once it is back). Session
+    shards with a model also say how their background pass is doing (:func:`refine_detail`)."""
     loop = asyncio.get_running_loop()
+    answers: list[dict[str, Any]] = []
 
     async def ping(index: int) -> str | None:
         try:
             handle = await loop.run_in_executor(lookup, router.handle, index)
-            await handle.stats.remote()
+            answers.append(await handle.stats.remote())
         except Exception as exc:  # noqa: BLE001 - any failure of one actor is reported, the others still count
             router.forget(index)
             return f"#{index} {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
@@ -42,7 +44,23 @@ async def actors_alive(router: ActorRouter, n: int, lookup: Executor) -> str:
     failures = [f for f in await asyncio.gather(*(ping(i) for i in range(n))) if f is not None]
     if failures:
         raise ServiceUnavailable(f"{n - len(failures)}/{n} alive; " + "; ".join(failures))
-    return f"{n}/{n} alive"
+    return f"{n}/{n} alive" + refine_detail(answers)
+
+
+def refine_detail(stats: list[dict[str, Any]]) -> str:
+    """The offload model's background pass over all shards: items by outcome, sessions queued and dropped; empty
+    when no shard runs a model. A growing ``late``/``skipped``/``dropped`` says the model falls behind."""
+    shards = [s for s in stats if isinstance(s, dict) and "refine" in s]
+    if not shards:
+        return ""
+    outcomes: dict[str, int] = {}
+    for s in shards:
+        for key, n in s["refine"].items():
+            outcome = key.rsplit("/", 1)[-1]
+            outcomes[outcome] = outcomes.get(outcome, 0) + n
+    items = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())) or "nothing yet"
+    queued, dropped = sum(s["refine_queued"] for s in shards), sum(s["refine_dropped"] for s in shards)
+    return f"; offload model: {items}, {queued} sessions queued, {dropped} dropped"
 
 
 async def atom_index(deps: ApiDeps, query: Executor) -> str:

@@ -61,9 +61,15 @@ def annotated_entries(files: FileStore, tenant: str, session: str, after_seq: in
 
 
 def drill_down(files: FileStore, tenant: str, session: str, node_id: str) -> list[tuple[OffloadEntry, bytes | None]]:
-    """node_id -> its entries -> their raw refs, byte-exact (None for a ref that was never stored)."""
-    return [
-        (e, read_ref(files, tenant, session, e.tool_call_id))
-        for e in annotated_entries(files, tenant, session)
-        if e.node_id == node_id
-    ]
+    """node_id -> its entries -> their raw refs, byte-exact (None for a ref that was never stored).
+
+    A node of the current canvas resolves through the merged annotations; a node id that was superseded (the model
+    redrew a canvas the heuristic drew first, :mod:`mnemoflow.offload.refine`) resolves through the annotation
+    history, so an id once shown to an agent never stops drilling down."""
+    notes = [Annotation.model_validate_json(line) for line in files.read_lines(annotations_path(tenant, session))]
+    entries = annotate(read_entries(files, tenant, session), merged(notes))
+    hits = [e for e in entries if e.node_id == node_id]
+    if not hits:
+        ids = {n.tool_call_id for n in notes if n.node_id == node_id}
+        hits = [e for e in entries if e.tool_call_id in ids]
+    return [(e, read_ref(files, tenant, session, e.tool_call_id)) for e in hits]

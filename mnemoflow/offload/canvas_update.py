@@ -9,8 +9,9 @@ drill-down works node -> entries -> refs."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from functools import partial
 
 from pydantic import ValidationError
 
@@ -84,30 +85,30 @@ async def propose_ops(canvas: Canvas, name: str, batch: Sequence[OffloadEntry], 
     return offload_canvas.to_ops(reply)
 
 
-async def update_canvases(
-    files: FileStore,
+async def fold_canvases(
     state: SessionState,
     entries: Sequence[OffloadEntry],
+    load: Callable[[str], Canvas | None],
     now: datetime,
     llm: LLM | None = None,
     batch_size: int = 30,
-) -> tuple[SessionState, list[Annotation]]:
-    """Fold entries with ``seq > state.canvas_seq`` into their canvases; returns the state to save and the node
-    annotations it appended (the node each folded tool call landed on: the caller need not read them back).
+) -> tuple[dict[str, Canvas], list[Annotation]]:
+    """Fold ``entries`` into the canvases the boundaries of ``state`` route them to, in memory: the canvases that
+    changed (each started from ``load(name)``, or empty) and the node each folded tool call landed on.
 
     A proposal the canvas refuses (unknown node, broken invariant), a reply still invalid after the repair try and a
     model that does not answer all fall back to the heuristic ops for that batch,
     so entries are never left unmapped; unassigned tool calls of an LLM batch are attached to its last node, and a
     failed call the model left on a live node gets a tombstone of its own (the heuristic draws those itself).
     """
-    appended: list[Annotation] = []
-    todo = [e for e in entries if e.seq > state.canvas_seq]
+    notes: list[Annotation] = []
     by_canvas: dict[str, list[OffloadEntry]] = {}
-    for e in todo:
+    for e in entries:
         if (name := canvas_for_seq(state, e.seq)) is not None:
             by_canvas.setdefault(name, []).append(e)
+    out: dict[str, Canvas] = {}
     for name, items in by_canvas.items():
-        canvas = load_canvas(files, state.tenant, state.session, name)
+        canvas = load(name)
         if canvas is None:
             prefix = name[:3] if name[:3].isdigit() else None
             canvas = Canvas(task_goal=name[4:-4] or "task", created=items[0].ts, updated=items[0].ts, prefix=prefix)
@@ -129,14 +130,41 @@ async def update_canvases(
             if llm is not None and (tombstones := tombstone_failures(new, batch)):
                 new = apply_ops(new, tombstones, now)
             canvas = new
-            notes = [
+            notes += [
                 Annotation(tool_call_id=e.tool_call_id, node_id=n.id)
                 for e in batch
                 if (n := canvas.node_for_tool_call(e.tool_call_id)) is not None
             ]
-            append_annotations(files, state.tenant, state.session, notes)
-            appended += notes
+        out[name] = canvas
+    return out, notes
+
+
+def save_folded(
+    files: FileStore, state: SessionState, canvases: Mapping[str, Canvas], notes: Sequence[Annotation]
+) -> SessionState:
+    """Save folded canvases (see :func:`save_canvas`) and append their node annotations; returns the state with
+    the new fingerprints."""
+    append_annotations(files, state.tenant, state.session, notes)
+    for name, canvas in canvases.items():
         state = save_canvas(files, state.tenant, state.session, name, canvas, state)
+    return state
+
+
+async def update_canvases(
+    files: FileStore,
+    state: SessionState,
+    entries: Sequence[OffloadEntry],
+    now: datetime,
+    llm: LLM | None = None,
+    batch_size: int = 30,
+) -> tuple[SessionState, list[Annotation]]:
+    """Fold entries with ``seq > state.canvas_seq`` into their canvases (:func:`fold_canvases`) and save them;
+    returns the state to save and the node annotations it appended (the caller need not read them back)."""
+    todo = [e for e in entries if e.seq > state.canvas_seq]
+    canvases, notes = await fold_canvases(
+        state, todo, partial(load_canvas, files, state.tenant, state.session), now, llm, batch_size
+    )
+    state = save_folded(files, state, canvases, notes)
     if todo:
         state = state.model_copy(update={"canvas_seq": todo[-1].seq})
-    return state, appended
+    return state, notes

@@ -74,6 +74,12 @@ class OffloadConfig(BaseModel):
     )
     summary_batch: int = Field(5, ge=1, le=20, description="Tool results per summarisation LLM call.")
     canvas_batch: int = Field(30, ge=1, le=30, description="Entries per canvas update (one LLM call).")
+    refine_max_entries: int = Field(
+        60,
+        ge=1,
+        description="Most entries the model catches up on per stage in one background pass; a session further behind "
+        "keeps the heuristic's summaries and canvas for the older ones (counted as skipped).",
+    )
 
     @classmethod
     def spec(cls, **overrides: object) -> OffloadConfig:

@@ -7,32 +7,31 @@ fold new entries into canvases (L2) -> :func:`~mnemoflow.offload.compact.compact
 alone; the session's log and annotations are read once per turn (again only after this call stored tool results
 itself), and what the turn annotates is applied in memory instead of read back. A turn that changes nothing (the
 same array sent again) writes nothing: every fsync is a few milliseconds of the agent's wait.
+
+Every stage of a turn is the heuristic one, so a compaction never waits on a model (DESIGN §6). Where a model
+runs a stage, the session shard has it replace the heuristic's summaries, judgement and canvas in the background
+(:mod:`mnemoflow.offload.refine`); a turn uses whatever of that is ready.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from datetime import datetime
 
-from mnemoflow.config import MODEL_STAGES, ModelStage
-from mnemoflow.errors import MnemoflowError
 from mnemoflow.events import ToolResultEvent
-from mnemoflow.llm.fallback import fell_back
 from mnemoflow.offload.annotations import Annotation, annotate, annotated_entries, append_annotations, merged
-from mnemoflow.offload.boundary import apply_judgement, heuristic_judge, llm_judge
+from mnemoflow.offload.boundary import apply_judgement, heuristic_judge
 from mnemoflow.offload.canvas import from_mermaid
-from mnemoflow.offload.canvas_update import canvas_path, load_canvas, save_canvas, update_canvases
+from mnemoflow.offload.canvas_update import canvas_path, save_canvas, update_canvases
 from mnemoflow.offload.compact import CompactContext, CompactResult, check_window, compact
 from mnemoflow.offload.config import OffloadConfig
-from mnemoflow.offload.entries import OffloadEntry, OffloadWriter, read_ref
+from mnemoflow.offload.entries import OffloadEntry, OffloadWriter
 from mnemoflow.offload.injector import CanvasText
-from mnemoflow.offload.messages import Message, ToolPair, call_ids, fingerprint, last_user, validate
+from mnemoflow.offload.messages import Message, call_ids, fingerprint, last_user, validate
 from mnemoflow.offload.reclaim import EntryInfo
-from mnemoflow.offload.session_state import SessionState, advance, load_state, save_state
-from mnemoflow.offload.summarize import heuristic_summary, llm_summaries
+from mnemoflow.offload.session_state import PendingTurn, SessionState, advance, load_state, save_state
+from mnemoflow.offload.summarize import heuristic_summary, pair_of
 from mnemoflow.ports import FileStore
 from mnemoflow.ports.clock import Clock
-from mnemoflow.ports.llm import LLM
 from mnemoflow.storage import Layout
 
 
@@ -61,37 +60,30 @@ def _events(tenant: str, session: str, msgs: list[Message], now: datetime) -> li
     return out
 
 
-async def _summarise(
-    files: FileStore, state: SessionState, entries: list[OffloadEntry], llm: LLM | None, cfg: OffloadConfig, intent: str
+def _summarise(
+    files: FileStore, state: SessionState, entries: list[OffloadEntry], cfg: OffloadConfig
 ) -> list[OffloadEntry]:
-    """Summarise and score the entries that have no score yet; appends the annotations and returns ``entries``
-    with them filled in (what reading the annotated log again would give)."""
+    """Summarise and score (heuristic) the entries that have no score yet; appends the annotations and returns
+    ``entries`` with them filled in (what reading the annotated log again would give)."""
     todo = [e for e in entries if e.score is None]
     if not todo:
         return entries
-    pairs = [
-        ToolPair(
-            e.tool_call_id,
-            e.tool_name,
-            e.arguments,
-            (read_ref(files, state.tenant, state.session, e.tool_call_id) or b"").decode("utf-8", "replace"),
-        )
-        for e in todo
-    ]
-    sums = await llm_summaries(pairs, llm, cfg, intent) if llm else [heuristic_summary(p, cfg) for p in pairs]
+    sums = [heuristic_summary(pair_of(files, state.tenant, state.session, e), cfg) for e in todo]
     notes = [Annotation(tool_call_id=s.tool_call_id, summary=s.summary, score=s.score, error=s.error) for s in sums]
     append_annotations(files, state.tenant, state.session, notes)
     return annotate(entries, merged(notes))
 
 
-async def _judge(
+def _judge(
     files: FileStore,
     state: SessionState,
     msgs: list[Message],
     entries: list[OffloadEntry],
-    llm: LLM | None,
     now: datetime,
+    judge_later: bool,
 ) -> SessionState:
+    """Judge a new user message with the heuristic (L1.5); with ``judge_later`` it is also kept as the session's
+    pending turn, for the model to judge in the background (:mod:`mnemoflow.offload.refine`)."""
     u = last_user(msgs)
     if u is None:
         return state
@@ -99,21 +91,17 @@ async def _judge(
     if fp == state.last_user_fingerprint:
         return state
     text = str(msgs[u].get("content") or "")
-    if llm is None:
-        judgement = heuristic_judge(text, state.active_canvas)
-    else:
-        active = load_canvas(files, state.tenant, state.session, state.active_canvas) if state.active_canvas else None
-        history = [str(m.get("content") or "") for m in msgs[:u] if m.get("role") in ("user", "assistant")]
-        try:
-            judgement = await llm_judge(text, history, None if active is None else active.task_goal, llm)
-        except MnemoflowError as exc:  # invalid twice, or no model: the request must not wait or fail on it
-            fell_back(llm, "offload_boundary", exc)
-            judgement = heuristic_judge(text, state.active_canvas)
+    before = state.active_canvas
+    judgement = heuristic_judge(text, before)
     after = {t for m in msgs[u:] for t in call_ids(m)}
     start = min((e.seq for e in entries if e.tool_call_id in after), default=None)
     state, canvas = apply_judgement(state, judgement, fp, now, start)
     if canvas is not None and state.active_canvas:
         state = save_canvas(files, state.tenant, state.session, state.active_canvas, canvas, state)
+    if judge_later:
+        history = [str(m.get("content") or "")[:2000] for m in msgs[:u] if m.get("role") in ("user", "assistant")]
+        turn = PendingTurn(fingerprint=fp, text=text[:8000], history=tuple(history[-6:]), active_before=before)
+        state = state.model_copy(update={"pending_turn": turn})
     return state
 
 
@@ -148,20 +136,16 @@ async def compact_session(
     *,
     clock: Clock,
     writer: OffloadWriter | None = None,
-    llm: LLM | None = None,
-    model_stages: Collection[ModelStage] = MODEL_STAGES,
+    judge_later: bool = False,
     config: OffloadConfig | None = None,
 ) -> CompactResult:
     """Run one compaction turn for ``tenant/session`` and persist what it decided (see the module docstring).
 
     ``writer`` stores tool results of ``messages`` that are not offloaded yet (pass None when the stream worker
-    already did); ``llm`` None runs the heuristic engine for summaries, boundaries and canvases, and so does each of
-    them not in ``model_stages`` (``boundary``, ``summaries``, ``canvas``).
+    already did). Every stage here is the heuristic one: no request waits on a model. Where a model runs a stage,
+    it replaces the heuristic's output in the background (:mod:`mnemoflow.offload.refine`); ``judge_later`` keeps
+    a new user message for its judge.
     """
-
-    def model(stage: ModelStage) -> LLM | None:
-        return llm if stage in model_stages else None
-
     cfg = config or OffloadConfig()
     msgs = validate(messages)
     check_window(msgs, window)
@@ -175,14 +159,13 @@ async def compact_session(
         writer.write([e for e in events if e.tool_call_id in answered_before])
     entries = annotated_entries(files, tenant, session)
     state = advance(state, [e for e in entries if e.seq > state.last_seq])
-    state = await _judge(files, state, msgs, entries, model("boundary"), now)
+    state = _judge(files, state, msgs, entries, now, judge_later)
     if writer is not None and (after := [e for e in events if e.tool_call_id not in answered_before]):
         writer.write(after)
         entries = annotated_entries(files, tenant, session)
         state = advance(state, [e for e in entries if e.seq > state.last_seq])
-    intent = str(msgs[u].get("content") or "") if u is not None else ""
-    entries = await _summarise(files, state, entries, model("summaries"), cfg, intent)
-    state, nodes = await update_canvases(files, state, entries, now, model("canvas"), cfg.canvas_batch)
+    entries = _summarise(files, state, entries, cfg)
+    state, nodes = await update_canvases(files, state, entries, now, None, cfg.canvas_batch)
     result = compact(msgs, window, _context(files, state, cfg, annotate(entries, merged(nodes))))
     final = state.model_copy(update={"reclaim": result.decisions})
     if final != loaded:  # the same array again changes nothing: no write, no fsync

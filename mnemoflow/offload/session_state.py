@@ -4,15 +4,17 @@ The state follows the session's offload log by ``seq``: :func:`advance` applies 
 order, and refuses a gap (the caller then reads the missing entries from the log). It is the seed that the
 offload issue grows with boundaries, decisions and fingerprints: ``boundaries`` (L1.5, by entry seq),
 ``active_canvas`` and ``canvas_counter`` (canvas files), ``canvas_seq`` (last entry folded into a canvas),
-``canvas_fingerprints`` (skip unchanged rewrites), ``last_user_fingerprint`` (judge each user turn once) and
-``reclaim`` (compaction decisions re-applied every turn). All have defaults, so older state files still load.
+``canvas_fingerprints`` (skip unchanged rewrites), ``last_user_fingerprint`` (judge each user turn once),
+``reclaim`` (compaction decisions re-applied every turn), and the cursors of the model's background work
+(:mod:`mnemoflow.offload.refine`): ``model_summary_seq``, ``model_canvas_seq`` and ``pending_turn``. All have
+defaults, so older state files still load.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from mnemoflow.errors import MnemoflowError
 from mnemoflow.ids import SafeId
@@ -28,6 +30,19 @@ class SequenceGap(MnemoflowError):
     def __init__(self, expected: int, got: int) -> None:
         super().__init__(f"expected offload entry seq {expected}, got {got}")
         self.expected = expected
+
+
+class PendingTurn(BaseModel):
+    """A user message the request path judged with the heuristic, kept for the model to judge in the background:
+    what the judge's prompt needs, bounded (a restarted shard finds it here)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    fingerprint: str
+    text: str = Field(max_length=8000)
+    history: tuple[str, ...] = Field((), max_length=6)
+    active_before: str | None = None
+    """The canvas that was active before the heuristic judged this message (what the model continues)."""
 
 
 class SessionState(BaseModel):
@@ -46,6 +61,9 @@ class SessionState(BaseModel):
     canvas_fingerprints: dict[str, str] = {}
     last_user_fingerprint: str | None = None
     reclaim: ReclaimDecisions = ReclaimDecisions()
+    model_summary_seq: int = -1
+    model_canvas_seq: int = -1
+    pending_turn: PendingTurn | None = None
 
 
 def advance(state: SessionState, entries: Iterable[OffloadEntry]) -> SessionState:

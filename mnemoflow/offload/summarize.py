@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from mnemoflow.errors import MnemoflowError
 from mnemoflow.llm.fallback import fell_back
 from mnemoflow.offload.config import OffloadConfig
+from mnemoflow.offload.entries import OffloadEntry, read_ref
 from mnemoflow.offload.failures import body_lines, failure
 from mnemoflow.offload.identifiers import ranked
 from mnemoflow.offload.messages import ToolPair
+from mnemoflow.ports import FileStore
 from mnemoflow.ports.llm import LLM
 from mnemoflow.prompts import offload_summary
 from mnemoflow.prompts.offload_summary import SummaryReply
@@ -106,6 +108,12 @@ def heuristic_summary(pair: ToolPair, cfg: OffloadConfig | None = None) -> Summa
     errors = error is not None or any(_ERROR_RE.search(p) for p in picked)
     score = max(1, min(9, round(3 + 10 * covered) - (2 if errors else 0)))
     return Summary(pair.tool_call_id, out, score, error)
+
+
+def pair_of(files: FileStore, tenant: str, session: str, entry: OffloadEntry) -> ToolPair:
+    """The call and raw result behind an offload entry, as the summarisers read it."""
+    raw = read_ref(files, tenant, session, entry.tool_call_id) or b""
+    return ToolPair(entry.tool_call_id, entry.tool_name, entry.arguments, raw.decode("utf-8", "replace"))
 
 
 def needs_summary(pair: ToolPair, cfg: OffloadConfig) -> bool:

@@ -16,7 +16,6 @@ from mnemoflow.offload.messages import ToolPair
 from mnemoflow.offload.session import compact_session
 from mnemoflow.offload.session_state import load_state
 from mnemoflow.offload.summarize import heuristic_summary, llm_summaries
-from mnemoflow.prompts.offload_boundary import BoundaryReply
 from mnemoflow.prompts.offload_summary import ItemSummary, SummaryReply
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.testing import ManualClock, ScriptedLLM
@@ -161,57 +160,3 @@ def _events_of(messages: list[dict], clock: ManualClock) -> list[ToolResultEvent
         for m in messages
         if m["role"] == "tool"
     ]
-
-
-def test_only_the_model_stages_call_the_model(tmp_path: Path) -> None:
-    """``model_stages`` (the ``llm_stages`` setting) picks the offload stages that run on the model: here the
-    boundary judge alone; summaries and the canvas run their heuristic, so the model is asked exactly once."""
-    files, clock = LocalFileStore(tmp_path), ManualClock()
-    task = "Fix the failing parser test in the repository: the tokenizer drops quotes " * 3
-    history = [{"role": "system", "content": "You are a coding agent."}, *_turn(6, task)]
-    llm = ScriptedLLM([BoundaryReply(decision="new_long", label="fix-parser", goal="Fix the failing parser test")])
-    asyncio.run(
-        compact_session(
-            files,
-            "t",
-            "s",
-            history,
-            20_000,
-            clock=clock,
-            writer=OffloadWriter(files),
-            llm=llm,
-            model_stages={"boundary"},
-        )
-    )
-    assert [c.stage for c in llm.calls] == ["offload_boundary"]
-    state = load_state(files, "t", "s")
-    assert state.active_canvas == "001-fix-parser.mmd"
-    assert all(e.node_id and e.summary for e in annotated_entries(files, "t", "s"))  # the heuristics did the rest
-
-
-def test_no_model_stage_means_no_model_call(tmp_path: Path) -> None:
-    files, clock = LocalFileStore(tmp_path), ManualClock()
-    history = [{"role": "user", "content": "Implement a cache for the HTTP client with an eviction policy " * 3}]
-    history += _turn(3, "Implement a cache")[1:]
-    llm = ScriptedLLM()  # any call would run out of responses and fail the test
-    asyncio.run(
-        compact_session(
-            files, "t", "s", history, 20_000, clock=clock, writer=OffloadWriter(files), llm=llm, model_stages=()
-        )
-    )
-    assert llm.calls == [] and load_state(files, "t", "s").active_canvas
-
-
-def test_model_replies_invalid_after_the_repair_try_fall_back_per_stage(tmp_path: Path) -> None:
-    """Issue 28: the judge, the summaries and the canvas each get one repair try, then their heuristic; every
-    entry still gets a node and a summary, and the fallbacks are counted per stage."""
-    files, clock = LocalFileStore(tmp_path), ManualClock()
-    task = "Fix the failing parser test in the repository: the tokenizer drops quotes " * 3
-    history = [{"role": "system", "content": "You are a coding agent."}, *_turn(6, task)]
-    llm = ScriptedLLM(["not json"] * 40)
-    asyncio.run(compact_session(files, "t", "s", history, 20_000, clock=clock, writer=OffloadWriter(files), llm=llm))
-    assert {c.stage for c in llm.calls} == {"offload_boundary", "offload_summary", "offload_canvas"}
-    assert all(llm.usage.stage(s).fallbacks >= 1 for s in ("offload_boundary", "offload_summary", "offload_canvas"))
-    assert load_state(files, "t", "s").active_canvas is not None
-    entries = annotated_entries(files, "t", "s")
-    assert len(entries) == 6 and all(e.node_id and e.summary for e in entries)
