@@ -96,9 +96,16 @@ def memory_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
 
     @router.get("/v1/users/{user}/scenes")
     async def scenes(user: PathId, tenant: Tenant) -> list[dict[str, Any]]:
-        """L2: the user's scenes in navigation order, with the atom ids each one holds (drill-down)."""
+        """L2: the user's scenes in navigation order, with the atom ids each one holds (drill-down) and the engine
+        that last wrote each (``llm``, ``heuristic``)."""
         return [
-            {"filename": r.filename, "summary": r.summary, "heat": r.heat, "atom_ids": list(r.atom_ids)}
+            {
+                "filename": r.filename,
+                "summary": r.summary,
+                "heat": r.heat,
+                "atom_ids": list(r.atom_ids),
+                "engine": r.engine,
+            }
             for r in scene_refs(deps.files, tenant, user)
         ]
 

@@ -22,6 +22,7 @@ from mnemoflow.offload.boundary import canvas_for_seq
 from mnemoflow.offload.canvas import (
     AssignToolCalls,
     Canvas,
+    CanvasEngine,
     CanvasOps,
     apply_ops,
     fingerprint,
@@ -114,14 +115,17 @@ async def fold_canvases(
             canvas = Canvas(task_goal=name[4:-4] or "task", created=items[0].ts, updated=items[0].ts, prefix=prefix)
         for i in range(0, len(items), batch_size):
             batch = items[i : i + batch_size]
+            engine: CanvasEngine = "heuristic"
             if llm is None:
                 new = heuristic_canvas(canvas, batch, now)
             else:
                 try:
-                    new = apply_ops(canvas, await propose_ops(canvas, name, batch, llm), now)
+                    new, engine = apply_ops(canvas, await propose_ops(canvas, name, batch, llm), now), "llm"
                 except (MnemoflowError, ValidationError) as exc:  # invalid, refused, or no model answering
                     fell_back(llm, "offload_canvas", exc)
                     new = heuristic_canvas(canvas, batch, now)
+            if engine not in new.drawn_by:
+                new = new.model_copy(update={"drawn_by": tuple(sorted({*new.drawn_by, engine}))})
             missing = [e.tool_call_id for e in batch if new.node_for_tool_call(e.tool_call_id) is None]
             if missing and new.nodes:
                 target = next((n.id for n in reversed(new.nodes) if n.status != "blocked"), None)

@@ -197,7 +197,7 @@ def _checkpoint(files: FileStore, tenant: str, session: str, name: str) -> Canva
     if raw is not None:
         return from_mermaid(raw.decode("utf-8"))
     live = load_canvas(files, tenant, session, name)
-    return None if live is None else live.model_copy(update={"nodes": (), "edges": ()})
+    return None if live is None else live.model_copy(update={"nodes": (), "edges": (), "drawn_by": ()})
 
 
 def _routes(state: SessionState, entries: Sequence[OffloadEntry]) -> list[str | None]:

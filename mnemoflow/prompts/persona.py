@@ -2,6 +2,7 @@
 
 Pure: :func:`build_persona_messages` turns a :class:`~mnemoflow.memory.persona.generate.PersonaContext` into chat
 messages; the reply model is :class:`PersonaReply`. The engine, not the model, appends the scene navigation.
+Version 2 shows each scene without its META ``atoms:`` line (Qwen2.5 0.5B copied it into the persona).
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mnemoflow.llm.looping import NotLooping
 from mnemoflow.memory.persona.generate import MAX_PERSONA_CHARS, PersonaContext
-from mnemoflow.memory.scenes.model import format_ts, render_scene
+from mnemoflow.memory.scenes.model import format_ts, render_for_prompt
 from mnemoflow.ports.llm import ChatMessage
 
-VERSION = "persona-v1"
+VERSION = "persona-v2"
 
 
 class PersonaReply(BaseModel):
@@ -38,7 +39,7 @@ Reply with one JSON object: {{"persona": "<markdown>"}}."""
 
 def build_persona_messages(ctx: PersonaContext, language: str = "the language of the scenes") -> list[ChatMessage]:
     focus = ctx.changed or ctx.scenes
-    scenes = "\n\n".join(f"#### {b.filename}\n```markdown\n{render_scene(b)}```" for b in focus)
+    scenes = "\n\n".join(f"#### {b.filename}\n```markdown\n{render_for_prompt(b)}```" for b in focus)
     note = "Focus on these changed scenes." if ctx.changed else "No scene changed; review all."
     parts = [
         f"Write in {language}. Updated: {format_ts(ctx.now)}. Mode: {ctx.mode}. Trigger: {ctx.reason}.",

@@ -3,7 +3,9 @@
 Pure: :func:`build_scene_messages` turns a :class:`SceneContext` into chat messages; the reply model is
 :class:`SceneReply`. The model sees every scene's index entry and the full text of the scenes it may edit
 (``editable``): an update or merge must name one of those, so a scene is never rewritten from its summary.
-Version 2 tells the model to create when there are no scenes yet (small models replied with no edit).
+Version 2 tells the model to create when there are no scenes yet (small models replied with no edit); version 3
+requires at least one edit in the reply's schema, so the grammar-constrained decoder cannot stop at an empty list
+(Qwen2.5 0.5B still replied ``"edits": []`` to version 2, twice a pass, and the heuristic did those passes).
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ from datetime import datetime
 from pydantic import Field
 
 from mnemoflow.llm.looping import NotLooping
-from mnemoflow.memory.scenes.model import MAX_SCENE_CHARS, SceneBlock, SceneInput, format_ts, render_scene
+from mnemoflow.memory.scenes.model import MAX_SCENE_CHARS, SceneBlock, SceneInput, format_ts, render_for_prompt
 from mnemoflow.memory.scenes.plan import SceneEdit, ScenePlan
 from mnemoflow.ports.llm import ChatMessage
 
-VERSION = "scenes-v2"
+VERSION = "scenes-v3"
 MAX_REPLY_EDITS = 4
 
 
@@ -31,9 +33,11 @@ class ModelSceneEdit(SceneEdit):
 
 
 class SceneReply(ScenePlan):
-    """The model's reply: a :class:`ScenePlan` with at most four edits, so one reply stays short."""
+    """The model's reply: a :class:`ScenePlan` with one to four edits. At most four keeps one reply short; at least
+    one, because a pass only asks the model when there are new memories, and a plan that reflects none of them is
+    refused (:class:`~mnemoflow.memory.scenes.llm.LLMSceneEngine`)."""
 
-    edits: list[ModelSceneEdit] = Field(default_factory=list, max_length=MAX_REPLY_EDITS)  # type: ignore[assignment]
+    edits: list[ModelSceneEdit] = Field(min_length=1, max_length=MAX_REPLY_EDITS)  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +97,9 @@ def build_scene_messages(ctx: SceneContext) -> list[ChatMessage]:
         )
         or "(no scenes yet)"
     )
-    editable = "\n\n".join(f"#### {name}\n```markdown\n{render_scene(ctx.scenes[name])}```" for name in ctx.editable)
+    editable = "\n\n".join(
+        f"#### {name}\n```markdown\n{render_for_prompt(ctx.scenes[name])}```" for name in ctx.editable
+    )
     parts = [
         f"Write scene text in {ctx.language}. Current time: {format_ts(ctx.now)}.",
         _capacity_hint(len(ctx.scenes), ctx.max_scenes, ctx.max_creates),

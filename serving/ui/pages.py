@@ -116,7 +116,7 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
             atoms = page(records, where, ATOMS_PER_PAGE, cursor)
         except MnemoflowError as exc:
             atoms, problem = page(records, where, ATOMS_PER_PAGE, None), str(exc)
-        scenes = []
+        persona, scenes = PersonaStore(files, tenant, user), []
         for ref in await asyncio.to_thread(scene_refs, files, tenant, user):
             body = files.read_bytes(f"{ScenePaths(tenant, user).scenes_dir}/{ref.filename}")
             scenes.append((ref, _text(body) or ""))
@@ -136,7 +136,8 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
             tenant=tenant,
             user=user,
             name=await asyncio.to_thread(names.of, tenant, user),
-            persona=PersonaStore(files, tenant, user).read(),
+            persona=persona.read(),
+            persona_engine=persona.written_by(),
             scenes=scenes,
             scene_of=scene_of,
             atoms=shown,
@@ -176,10 +177,10 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
             text = _text(files.read_bytes(canvas_path(tenant, session, name))) or ""
             try:
                 drawn = from_mermaid(text)
-                nodes, goal = list(drawn.nodes), drawn.task_goal
+                nodes, goal, drawn_by = list(drawn.nodes), drawn.task_goal, drawn.drawn_by
             except (ValueError, MnemoflowError):  # drawn anyway; its nodes are still reachable from the entries
-                nodes, goal = [], ""
-            canvases.append((name, text, nodes, goal))
+                nodes, goal, drawn_by = [], "", ()
+            canvases.append((name, text, nodes, goal, drawn_by))
         entries = await asyncio.to_thread(annotated_entries, files, tenant, session)
         return render(
             "session.html",

@@ -111,8 +111,15 @@ def canvases(draw: st.DrawFn) -> Canvas:
     )
     edges = [CanvasEdge(src=s, dst=d, label=draw(st.none() | nonempty(60))) for s, d in pairs]
     created, updated = sorted([draw(times), draw(times)])
+    drawn_by = tuple(sorted(draw(st.sets(st.sampled_from(["heuristic", "llm"])))))
     return Canvas(
-        task_goal=draw(hostile_text), created=created, updated=updated, prefix=prefix, nodes=nodes, edges=edges
+        task_goal=draw(hostile_text),
+        created=created,
+        updated=updated,
+        prefix=prefix,
+        drawn_by=drawn_by,
+        nodes=nodes,
+        edges=edges,
     )
 
 
@@ -161,6 +168,12 @@ def test_seed_node_format() -> None:
         "flowchart TD\n"
         '    001-N1["Explore: read the test<br/>status: done<br/>summary: race<br/>Timestamp: 2025-01-31T09:05:00Z"]\n'
     )
+    by_both = canvas.model_copy(update={"drawn_by": ("heuristic", "llm")})
+    assert to_mermaid(by_both).startswith(
+        '%%{ taskGoal: "Fix it", progress: 100, createdTime: "2025-01-31T09:05:00Z", '
+        'updatedTime: "2025-01-31T09:05:00Z", prefix: "001", drawnBy: "heuristic+llm" }%%\n'
+    )
+    assert from_mermaid(to_mermaid(by_both)).drawn_by == ("heuristic", "llm")
 
 
 BROKEN = {

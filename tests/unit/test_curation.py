@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -136,6 +137,8 @@ def test_llm_engines_through_scripted_model(tmp_path: Path) -> None:
     text = PersonaStore(files, "acme", "alice").read()
     assert len(PersonaStore(files, "acme", "alice").read_body()) <= MAX_PERSONA_CHARS
     assert "### Path: scenes/outdoor-life.md" in text
+    assert PersonaStore(files, "acme", "alice").written_by() == "llm" and text.startswith("<!-- engine: llm -->\n")
+    assert SceneStore(files, "acme", "alice").load()["outdoor-life.md"].engine == "llm"
 
 
 def test_superseded_records_are_not_fed_and_cursor_skips_consumed(env) -> None:  # type: ignore[no-untyped-def]
@@ -274,14 +277,36 @@ def test_replies_invalid_after_the_repair_try_fall_back_to_the_heuristic_engines
     assert "### Path: scenes/" in PersonaStore(files, "acme", "alice").read()
 
 
-def test_a_scene_reply_with_no_edit_for_new_memories_is_asked_again_then_falls_back(tmp_path: Path) -> None:
-    """Small models answered new memories with an empty plan: asked once more with the reason, then the heuristic
-    engine writes the scenes, so the memories still reach L2."""
+def test_a_scene_reply_with_no_edit_is_invalid_asked_again_then_falls_back(tmp_path: Path) -> None:
+    """Small models answered new memories with an empty plan: the reply's schema asks for at least one edit (so a
+    grammar-constrained decoder cannot write none), a reply without is repaired once, then the heuristic engine
+    writes the scenes, so the memories still reach L2."""
     files, clock = LocalFileStore(tmp_path), ManualClock(T0)
     write(files, many(3))
-    llm = ScriptedLLM([SceneReply(edits=[]), SceneReply(edits=[]), PersonaReply(persona="# Persona\n- hikes")])
+    empty = '{"edits": [], "persona_update_reason": null}'
+    llm = ScriptedLLM([empty, empty, PersonaReply(persona="# Persona\n- hikes")])
     scenes = LLMSceneEngine(llm, fallback=HeuristicSceneEngine(HashingEmbedder()))
     out = asyncio.run(Curator(files, clock, scenes, LLMPersonaEngine(llm)).run_now("acme", "alice"))
     assert out.status == "applied" and out.created
-    assert "no edit for 3 new memories" in llm.calls[1].messages[-1].content
+    assert SceneReply.model_json_schema()["properties"]["edits"]["minItems"] == 1
+    assert [c.stage for c in llm.calls] == ["l2_scenes", "l2_scenes", "l3_persona"]  # the repair try, then none
     assert llm.usage.stage("l2_scenes").fallbacks == 1
+    assert {b.engine for b in SceneStore(files, "acme", "alice").load().values()} == {"heuristic"}
+
+
+def test_a_scene_that_cites_no_new_memory_is_asked_again_with_why(tmp_path: Path) -> None:
+    """Qwen2.5 0.5B created "scene1.txt" holding an assistant's reply and no atom id: the new memories would never
+    reach L2. The reply is refused with the reason; the model's second reply, citing them, is written as its own."""
+    files, clock = LocalFileStore(tmp_path), ManualClock(T0)
+    write(files, many(2))
+
+    def create(atom_ids: list[str]) -> str:
+        edit = {"action": "create", "filename": "hiking", "sources": [], "summary": "hiking", "atom_ids": atom_ids}
+        return json.dumps({"edits": [{**edit, "body": "## core narrative\nhikes"}], "persona_update_reason": None})
+
+    llm = ScriptedLLM([create([]), create(["a0", "a1"]), PersonaReply(persona="# Persona\n- hikes")])
+    out = asyncio.run(Curator(files, clock, LLMSceneEngine(llm), LLMPersonaEngine(llm)).run_now("acme", "alice"))
+    assert out.status == "applied" and out.created == ("hiking.md",)
+    assert "no edit lists any of the 2 new memories" in llm.calls[1].messages[-1].content
+    block = SceneStore(files, "acme", "alice").load()["hiking.md"]
+    assert block.engine == "llm" and block.atom_ids == ("a0", "a1")

@@ -272,8 +272,10 @@ def test_a_persona_with_numbers_no_scene_holds_is_written_by_the_heuristic(store
     asyncio.run(generate_persona(persona, scenes, engine, cold(), now=NOW))
     assert "80,000" not in persona.read() and persona.read_body()
     assert llm.usage.stage("l3_persona").fallbacks == 1
+    assert persona.written_by() == "heuristic"  # the file says the fallback wrote it
     grounded = ScriptedLLM(
         [PersonaReply(persona="# Profile\n### 3.1 How to Speak\n- Busy since 2025-02-03 (fact 11).")]
     )
     asyncio.run(generate_persona(persona, scenes, LLMPersonaEngine(grounded), cold(), now=NOW))
     assert "fact 11" in persona.read() and grounded.usage.stage("l3_persona").fallbacks == 0
+    assert persona.written_by() == "llm" and "engine" not in persona.read_for_prompt()

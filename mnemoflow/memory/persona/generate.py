@@ -4,6 +4,8 @@ Why the engine owns the file: the model (or the template) only returns the body 
 the tags recall wraps it in (so a persona cannot close ``<user-persona>`` and inject instructions), appends a
 fresh heat-sorted navigation, keeps the previous file in a rotating backup and replaces it atomically. The
 2,000-character bound is on the body (docs/tdam-spec.md §3.6); the navigation adds about 150 characters per scene.
+The file's first line, ``<!-- engine: llm -->``, names the engine that wrote the body (``heuristic`` also where the
+model's reply fell back); it is a comment, so no prompt shows it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ _TAGS = re.compile(
     re.IGNORECASE,
 )
 _NAV_PATH = re.compile(r"^### Path: (?:scenes/)?(\S+\.md)$", re.MULTILINE)
+_ENGINE_LINE = re.compile(r"\A<!-- engine: (?P<engine>\w+) -->\n")
 
 
 def escape_tags(text: str) -> str:
@@ -111,18 +114,23 @@ class PersonaStore:
         return "" if data is None else data.decode("utf-8", errors="replace")
 
     def read_body(self) -> str:
-        return strip_navigation(self.read())
+        return strip_navigation(_ENGINE_LINE.sub("", self.read()))
+
+    def written_by(self) -> str:
+        """The engine that wrote the body (``llm``, ``heuristic``), or "" for a file written without one."""
+        found = _ENGINE_LINE.match(self.read())
+        return found["engine"] if found else ""
 
     def read_for_prompt(self) -> str:
         """The body as a prompt shows it: no navigation, no atom links."""
         return strip_comments(self.read_body()).strip()
 
-    def write(self, body: str, scenes: dict[str, SceneBlock]) -> str:
+    def write(self, body: str, scenes: dict[str, SceneBlock], engine: str = "") -> str:
         """Bound, escape, append navigation, back up the old file, replace atomically; returns the file text."""
-        clean = bound(escape_tags(strip_navigation(body)))
+        clean = bound(escape_tags(strip_navigation(_ENGINE_LINE.sub("", body.lstrip()))))
         if not clean:
             raise ValueError("empty persona body")
-        text = clean + "\n\n" + render_navigation(scenes) + "\n"
+        text = _engine_line(engine) + clean + "\n\n" + render_navigation(scenes) + "\n"
         previous = self.files.read_bytes(self.paths.persona)
         if previous is not None:
             seq_path = f"{self.paths.persona_backups}/seq"
@@ -137,8 +145,22 @@ class PersonaStore:
         body = self.read_body()
         if not body:
             return False
-        self.files.write_atomic(self.paths.persona, (body + "\n\n" + render_navigation(scenes) + "\n").encode())
+        text = _engine_line(self.written_by()) + body + "\n\n" + render_navigation(scenes) + "\n"
+        self.files.write_atomic(self.paths.persona, text.encode())
         return True
+
+
+def _engine_line(engine: str) -> str:
+    return f"<!-- engine: {engine} -->\n" if engine else ""
+
+
+@dataclass(frozen=True, slots=True)
+class PersonaDraft:
+    """What a persona engine returns: the body, and which engine wrote it (a model engine's fallback names the
+    heuristic)."""
+
+    body: str
+    engine: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +182,7 @@ class PersonaEngine(Protocol):
     """Memories between two personas this engine asks for; None takes the curator's (the spec's 50, which spares
     model calls). A model-free persona costs under a millisecond, so it follows every scene pass."""
 
-    async def write(self, ctx: PersonaContext) -> str:
+    async def write(self, ctx: PersonaContext) -> PersonaDraft:
         """The new persona body (Markdown, ≤ 2,000 characters; longer is cut at a line break)."""
         ...
 
@@ -206,8 +228,8 @@ async def generate_persona(
         total_memories=state.total_processed,
         now=now,
     )
-    body = await engine.write(ctx)
-    text = persona.write(body, live)
+    draft = await engine.write(ctx)
+    text = persona.write(draft.body, live, draft.engine)
     chars = visible_len(strip_navigation(text))
-    log.info("persona %s: %s (%s), %d chars", persona.paths.persona, ctx.mode, reason, chars)
+    log.info("persona %s: %s (%s), %d chars by %s", persona.paths.persona, ctx.mode, reason, chars, draft.engine)
     return after_generation(state, now), PersonaOutcome("generated", reason, chars, tuple(b.filename for b in changed))

@@ -37,7 +37,7 @@ from mnemoflow.memory.persona.facts import (
     sentences,
     to_other,
 )
-from mnemoflow.memory.persona.generate import MAX_PERSONA_CHARS, PersonaContext
+from mnemoflow.memory.persona.generate import MAX_PERSONA_CHARS, PersonaContext, PersonaDraft
 from mnemoflow.memory.salience import terms
 from mnemoflow.memory.scenes.model import SceneBlock
 from mnemoflow.memory.scenes.text import parse_items
@@ -153,9 +153,9 @@ class HeuristicPersonaEngine:
     name = "heuristic"
     every_n: int | None = 1
 
-    async def write(self, ctx: PersonaContext) -> str:
+    async def write(self, ctx: PersonaContext) -> PersonaDraft:
         """Pure computation; ``async`` only to share the protocol with the model engine."""
-        return self.render(ctx)
+        return PersonaDraft(self.render(ctx), self.name)
 
     def render(self, ctx: PersonaContext) -> str:
         scenes = ctx.scenes  # hottest first

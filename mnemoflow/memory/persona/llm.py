@@ -13,7 +13,7 @@ import re
 
 from mnemoflow.errors import MnemoflowError, StructuredOutputError
 from mnemoflow.llm.fallback import fell_back
-from mnemoflow.memory.persona.generate import PersonaContext, PersonaEngine
+from mnemoflow.memory.persona.generate import PersonaContext, PersonaDraft, PersonaEngine
 from mnemoflow.memory.scenes.model import format_ts, render_scene
 from mnemoflow.ports import LLM
 from mnemoflow.prompts.persona import SYSTEM, PersonaReply, build_persona_messages
@@ -55,7 +55,7 @@ class LLMPersonaEngine:
         self.max_tokens = max_tokens
         self.language = language
 
-    async def write(self, ctx: PersonaContext) -> str:
+    async def write(self, ctx: PersonaContext) -> PersonaDraft:
         messages = build_persona_messages(ctx, *([self.language] if self.language else []))
         try:
             reply = await self.llm.complete(messages, PersonaReply, max_tokens=self.max_tokens, stage="l3_persona")
@@ -66,4 +66,4 @@ class LLMPersonaEngine:
                 raise
             fell_back(self.llm, "l3_persona", exc)
             return await self.fallback.write(ctx)
-        return reply.persona
+        return PersonaDraft(reply.persona, self.name)

@@ -18,13 +18,15 @@ from mnemoflow.ports import FileStore
 
 @dataclass(frozen=True, slots=True)
 class SceneRef:
-    """One scene as drill-down shows it; ``visible_atom_ids`` are the ones still quoted in the body."""
+    """One scene as drill-down shows it; ``visible_atom_ids`` are the ones still quoted in the body, ``engine`` the
+    one that last wrote it (``llm``, ``heuristic``; "" for a scene written before engines were recorded)."""
 
     filename: str
     summary: str
     heat: int
     atom_ids: tuple[str, ...]
     visible_atom_ids: tuple[str, ...]
+    engine: str = ""
 
 
 def scene_ref(scenes: SceneStore, filename: str) -> SceneRef | None:
@@ -33,7 +35,7 @@ def scene_ref(scenes: SceneStore, filename: str) -> SceneRef | None:
     if block is None or block.deleted:
         return None
     visible = tuple(i.id for i in parse_items(block.body))
-    return SceneRef(block.filename, block.summary, block.heat, block.atom_ids, visible)
+    return SceneRef(block.filename, block.summary, block.heat, block.atom_ids, visible, block.engine)
 
 
 def drill_down(files: FileStore, tenant: str, user: str) -> list[SceneRef]:

@@ -86,10 +86,15 @@ class LLMSceneEngine:
             for name in ([edit.filename] if edit.action != "merge" else edit.sources)
             if name in scenes and name not in editable
         ]
-        if atoms and not reply.edits:
-            # A small model's easy way out (Qwen2.5 0.5B and 1.5B, bench/model_engine.py): new memories that no
-            # scene reflects would never reach L2 or the persona.
-            hidden.append(f"no edit for {len(atoms)} new memories: update an editable scene or create one")
+        new = {a.id for a in atoms}
+        if new and not any(new.intersection(edit.atom_ids) for edit in reply.edits):
+            # A small model's easy way out (Qwen2.5 0.5B and 1.5B, bench/model_engine.py): first no edit at all (the
+            # reply's schema now asks for one), then a scene that cites none of the new memories ("scene1.txt"
+            # holding an assistant's reply). Memories that no scene reflects would never reach L2 or the persona.
+            hidden.append(
+                f"no edit lists any of the {len(new)} new memories in atom_ids: update an editable scene or create one "
+                "that reflects them, and list their ids"
+            )
         if hidden:
             raise ScenePlanRejected(hidden)
         return ScenePlan(edits=reply.edits, persona_update_reason=reply.persona_update_reason)

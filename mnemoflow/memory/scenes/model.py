@@ -11,13 +11,16 @@ A scene file is Markdown with the META header of docs/tdam-spec.md §3.5::
     summary: one-line index summary
     heat: 3
     atoms: id1, id2
+    engine: heuristic
     -----META-END-----
     ## core narrative
     ...
 
 ``atoms`` (our addition) lists the L1 atom ids the scene absorbed, so drill-down persona → scene → atom works
-without asking a model. ``deleted: true`` marks a soft-deleted scene (a tombstone): the FileStore port has no
-delete, and a tombstone also keeps the old name taken so a later scene cannot silently inherit its history.
+without asking a model; ``engine`` (ours too) names the engine that last wrote the body (``llm`` or
+``heuristic``, the latter also where the model's plan fell back). ``deleted: true`` marks a soft-deleted scene (a
+tombstone): the FileStore port has no delete, and a tombstone also keeps the old name taken so a later scene cannot
+silently inherit its history.
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ class SceneBlock:
     updated: datetime | None = None
     atom_ids: tuple[str, ...] = field(default=())
     deleted: bool = False
+    engine: str = ""
 
     def tombstone(self, now: datetime) -> SceneBlock:
         return replace(self, body=DELETED_MARKER, deleted=True, updated=now)
@@ -120,10 +124,19 @@ def render_scene(block: SceneBlock) -> str:
     meta += [f"summary: {_one_line(block.summary)}", f"heat: {block.heat}"]
     if block.atom_ids:
         meta.append(f"atoms: {', '.join(block.atom_ids[-MAX_SCENE_ATOM_IDS:])}")
+    if block.engine:
+        meta.append(f"engine: {block.engine}")
     if block.deleted:
         meta.append("deleted: true")
     meta.append(META_END)
     return "\n".join(meta) + "\n" + block.body.strip() + "\n"
+
+
+def render_for_prompt(block: SceneBlock) -> str:
+    """The scene as a prompt shows it: the file without the atom ids it absorbed and the engine that wrote it. The
+    engine keeps both; a model needs neither (a new edit lists only new memories' ids), and Qwen2.5 0.5B copied the
+    ``atoms:`` line into the persona it wrote."""
+    return render_scene(replace(block, atom_ids=(), engine=""))
 
 
 def parse_scene(filename: str, text: str) -> SceneBlock:
@@ -156,6 +169,7 @@ def parse_scene(filename: str, text: str) -> SceneBlock:
         updated=_parse_ts(fields["updated"]) if "updated" in fields else None,
         atom_ids=atoms,
         deleted=deleted,
+        engine=fields.get("engine", ""),
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal, Protocol
 
@@ -123,7 +123,7 @@ async def run_scene_pass(
             engine, feedback, attempt = fallback, None, 0
     digest = hashlib.blake2b(",".join(sorted(allowed)).encode(), digest_size=4).hexdigest()
     pass_id = f"{format_ts(now)}-{digest}"
-    store.commit(result.writes, pass_id)
+    store.commit({name: replace(b, engine=engine.name) for name, b in result.writes.items()}, pass_id)
     placed = {i for block in result.writes.values() for i in block.atom_ids}
     return ScenePassOutcome(
         status="applied",

@@ -1,6 +1,6 @@
 """The task canvas: a typed graph a model edits through validated operations, rendered to Mermaid and parsed back."""
 
-from mnemoflow.offload.canvas.model import STATUSES, Canvas, CanvasEdge, CanvasNode, Status
+from mnemoflow.offload.canvas.model import STATUSES, Canvas, CanvasEdge, CanvasEngine, CanvasNode, Status
 from mnemoflow.offload.canvas.ops import (
     MAX_OPS,
     AddEdge,
@@ -23,6 +23,7 @@ __all__ = [
     "AssignToolCalls",
     "Canvas",
     "CanvasEdge",
+    "CanvasEngine",
     "CanvasNode",
     "CanvasOp",
     "CanvasOps",

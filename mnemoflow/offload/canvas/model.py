@@ -19,6 +19,7 @@ from mnemoflow.ids import SafeId
 from mnemoflow.offload.canvas._text import clean, to_utc
 
 Status = Literal["done", "doing", "paused", "blocked"]
+CanvasEngine = Literal["heuristic", "llm"]
 """One vocabulary everywhere (TDAM mixed done/doing/paused/blocked with done/doing/todo)."""
 STATUSES: tuple[Status, ...] = get_args(Status)
 
@@ -88,6 +89,9 @@ class Canvas(BaseModel):
     created: UtcDatetime
     updated: UtcDatetime
     prefix: str | None = Field(default=None, pattern=r"^\d{3}$")
+    drawn_by: tuple[CanvasEngine, ...] = ()
+    """The engines that drew its nodes (the model, the heuristic, or both where the model fell back or the
+    heuristic drew what the model had not refined yet), sorted; the header's ``drawnBy``."""
     nodes: tuple[CanvasNode, ...] = ()
     edges: tuple[CanvasEdge, ...] = ()
 

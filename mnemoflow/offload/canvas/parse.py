@@ -28,7 +28,7 @@ _JSON_STR = r'"(?:[^"\\]|\\.)*"'
 _HEADER_RE = re.compile(
     rf"%%\{{ taskGoal: (?P<goal>{_JSON_STR}), progress: (?P<progress>\d{{1,3}}), "
     rf"createdTime: (?P<created>{_JSON_STR}), updatedTime: (?P<updated>{_JSON_STR})"
-    rf'(?:, prefix: "(?P<prefix>\d{{3}})")? \}}%%'
+    rf'(?:, prefix: "(?P<prefix>\d{{3}})")?(?:, drawnBy: "(?P<drawn>[a-z+]+)")? \}}%%'
 )
 _HEADER_HINT = "line 1: expected %%{ taskGoal: …, progress: …, createdTime: …, updatedTime: … }%%"
 _NODE_RE = re.compile(r'\s*(?P<id>[\w-]+)\["(?P<label>[^"]*)"\]')
@@ -89,6 +89,7 @@ def _scan(text: str) -> tuple[dict[str, Any], int | None, list[str]]:
         except ValueError as exc:
             problems.append(f"line 1: {exc}")
         fields["prefix"] = header["prefix"]
+        fields["drawn_by"] = tuple(header["drawn"].split("+")) if header["drawn"] else ()
         progress = int(header["progress"])
     if len(lines) < 2 or lines[1] != "flowchart TD":
         problems.append("line 2: expected 'flowchart TD'")

@@ -34,7 +34,7 @@ def _json(value: object) -> str:
 
 
 def header(canvas: Canvas) -> str:
-    """The one-line ``%%{ taskGoal, progress, createdTime, updatedTime[, prefix] }%%`` metadata header."""
+    """The one-line ``%%{ taskGoal, progress, createdTime, updatedTime[, prefix][, drawnBy] }%%`` metadata header."""
     fields = [
         f"taskGoal: {_json(canvas.task_goal)}",
         f"progress: {canvas.progress}",
@@ -43,6 +43,8 @@ def header(canvas: Canvas) -> str:
     ]
     if canvas.prefix is not None:
         fields.append(f"prefix: {_json(canvas.prefix)}")
+    if canvas.drawn_by:
+        fields.append(f"drawnBy: {_json('+'.join(canvas.drawn_by))}")
     return "%%{ " + ", ".join(fields) + " }%%"
 
 
