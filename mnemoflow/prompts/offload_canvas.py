@@ -1,7 +1,8 @@
 """Prompt for canvas updates (docs/tdam-spec.md §5.5): the model proposes typed canvas operations, never Mermaid text.
 
 Pure: ``context -> list[ChatMessage]``; the reply model is :class:`mnemoflow.offload.canvas.CanvasOps` (at most 30
-operations), applied and validated by code.
+operations), applied and validated by code. Version 3: an empty canvas is answered with new nodes only
+(:class:`FirstReply`).
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mnemoflow.offload.canvas import MAX_OPS, STATUSES, CanvasOps
+from mnemoflow.offload.canvas import MAX_OPS, STATUSES, Canvas, CanvasOps
 from mnemoflow.offload.canvas.model import NODE_ID_PATTERN
 from mnemoflow.ports.llm import ChatMessage
 
-VERSION = "offload_canvas/2"
+VERSION = "offload_canvas/3"
 _IDS: Any = Field(default_factory=list, max_length=30)  # one constraint shared by the id-list fields
 # A Literal built from the canvas's own status tuple, so the reply schema cannot drift from the model; mypy cannot
 # follow a Literal made from a variable, hence the ignore.
@@ -78,7 +79,21 @@ class Reply(BaseModel):
     )
 
 
-def to_ops(reply: Reply) -> CanvasOps:
+class FirstReply(BaseModel):
+    """The reply for a canvas with no node yet: new nodes only, at least one. Every other operation names a node
+    that must exist, and Qwen2.5 0.5B updated and linked nodes it had never added on empty canvases
+    (``bench/model_engine.py``, the real-stack test), so its grammar now cannot write them there."""
+
+    model_config = _C
+    ops: list[_AddNode] = Field(min_length=1, max_length=MAX_OPS)
+
+
+def reply_model(canvas: Canvas) -> type[Reply] | type[FirstReply]:
+    """The reply schema for ``canvas``: :class:`FirstReply` while it has no node, else :class:`Reply`."""
+    return Reply if canvas.nodes else FirstReply
+
+
+def to_ops(reply: Reply | FirstReply) -> CanvasOps:
     """The validated canvas operations (raises pydantic ValidationError on a bad id or value)."""
     return CanvasOps.model_validate(reply.model_dump(exclude_none=True))
 

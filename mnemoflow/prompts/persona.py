@@ -2,7 +2,7 @@
 
 Pure: :func:`build_persona_messages` turns a :class:`~mnemoflow.memory.persona.generate.PersonaContext` into chat
 messages; the reply model is :class:`PersonaReply`. The engine, not the model, appends the scene navigation.
-Version 2 shows each scene without its META ``atoms:`` line (Qwen2.5 0.5B copied it into the persona).
+Version 2 shows each scene without its META block (Qwen2.5 0.5B copied it into the persona).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Pure: :func:`build_scene_messages` turns a :class:`SceneContext` into chat messa
 (``editable``): an update or merge must name one of those, so a scene is never rewritten from its summary.
 Version 2 tells the model to create when there are no scenes yet (small models replied with no edit); version 3
 requires at least one edit in the reply's schema, so the grammar-constrained decoder cannot stop at an empty list
-(Qwen2.5 0.5B still replied ``"edits": []`` to version 2, twice a pass, and the heuristic did those passes).
+(Qwen2.5 0.5B still replied ``"edits": []`` to version 2, twice a pass, and the heuristic did those passes), and
+shows the editable scenes without their META block.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from mnemoflow.ports.llm import ChatMessage
 from mnemoflow.prompts.l1_dedup import DedupOut
 from mnemoflow.prompts.l1_extraction import ExtractionContext, ExtractionOut, PromptMessage, build_messages
 from mnemoflow.prompts.offload_boundary import BoundaryReply
+from mnemoflow.prompts.offload_canvas import FirstReply as FirstCanvasReply
 from mnemoflow.prompts.offload_canvas import Reply as CanvasReply
 from mnemoflow.prompts.offload_summary import SummaryReply
 from mnemoflow.prompts.persona import PersonaReply
@@ -55,7 +56,7 @@ def test_unbounded_lists_are_refused_before_the_model_runs(engine: LlamaCppEngin
         asyncio.run(engine.complete([ChatMessage(role="user", content="x")], Unbounded, max_tokens=8))
 
 
-REPLIES = [DedupOut, ExtractionOut, BoundaryReply, CanvasReply, SummaryReply, SceneReply, PersonaReply]
+REPLIES = [DedupOut, ExtractionOut, BoundaryReply, CanvasReply, FirstCanvasReply, SummaryReply, SceneReply, PersonaReply]
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,9 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+from pydantic import ValidationError
+
 from mnemoflow.offload.boundary import apply_judgement, heuristic_judge
 from mnemoflow.offload.canvas import Canvas, apply_ops, from_mermaid, to_mermaid, validate_mermaid
 from mnemoflow.offload.canvas_heuristic import call_ops, heuristic_canvas, merge_action, short_path
@@ -15,7 +18,7 @@ from mnemoflow.offload.entries import OffloadEntry
 from mnemoflow.offload.messages import ToolPair
 from mnemoflow.offload.session_state import SessionState
 from mnemoflow.offload.summarize import heuristic_summary
-from mnemoflow.prompts.offload_canvas import Reply
+from mnemoflow.prompts.offload_canvas import FirstReply, Reply, reply_model
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.testing import ScriptedLLM
 
@@ -151,9 +154,21 @@ def test_a_model_canvas_gets_tombstones_for_the_failures_it_left_live(tmp_path: 
         }
     )
     name = state.active_canvas
-    asyncio.run(update_canvases(files, state, batch, T0 + timedelta(minutes=1), ScriptedLLM([reply])))
+    llm = ScriptedLLM([reply])
+    asyncio.run(update_canvases(files, state, batch, T0 + timedelta(minutes=1), llm))
+    assert llm.calls[0].output_model is FirstReply  # an empty canvas: the grammar allows new nodes only
     saved = load_canvas(files, "t", "s", name)
     assert saved is not None
     node = saved.node_for_tool_call("c2")
     assert node is not None and node.status == "blocked" and "LexError" in node.summary
     assert saved.node_for_tool_call("c0") == saved.node_for_tool_call("c1") != node
+
+
+def test_an_empty_canvas_takes_new_nodes_only() -> None:
+    """On an empty canvas every other operation would name a node that does not exist (Qwen2.5 0.5B did)."""
+    empty = Canvas(task_goal="fix the parser", created=T0, updated=T0, prefix="001")
+    assert reply_model(empty) is FirstReply and reply_model(drawn()) is Reply
+    with pytest.raises(ValidationError):
+        FirstReply.model_validate({"ops": [{"op": "update_node", "id": "001-N2", "summary": "s"}]})
+    with pytest.raises(ValidationError):
+        FirstReply.model_validate({"ops": []})

@@ -133,10 +133,12 @@ def render_scene(block: SceneBlock) -> str:
 
 
 def render_for_prompt(block: SceneBlock) -> str:
-    """The scene as a prompt shows it: the file without the atom ids it absorbed and the engine that wrote it. The
-    engine keeps both; a model needs neither (a new edit lists only new memories' ids), and Qwen2.5 0.5B copied the
-    ``atoms:`` line into the persona it wrote."""
-    return render_scene(replace(block, atom_ids=(), engine=""))
+    """The scene as a prompt shows it: its summary, heat and last change above the body, without the META markers,
+    the atom ids it absorbed or the engine that wrote it. The engine keeps those; a model needs none of them (a new
+    edit lists only new memories' ids), and Qwen2.5 0.5B copied the META block, atom ids included, into the
+    persona it wrote."""
+    updated = format_ts(block.updated) if block.updated else "?"
+    return f"summary: {_one_line(block.summary)}\nheat: {block.heat} | updated: {updated}\n\n{block.body.rstrip()}\n"
 
 
 def parse_scene(filename: str, text: str) -> SceneBlock:
