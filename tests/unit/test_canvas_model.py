@@ -66,7 +66,8 @@ def test_ops_parse_from_model_json() -> None:
         "ops": [
             {"op": "add_node", "stage": "Explore", "action": "grep", "tool_call_ids": ["c1"]},
             {"op": "set_status", "id": "N1", "status": "done"},
-            {"op": "add_edge", "src": "N1", "dst": "N1", "label": "again"},
+            {"op": "add_node", "stage": "Fix", "action": "edit"},
+            {"op": "add_edge", "src": "N2", "dst": "N1", "label": "again"},
             {"op": "update_node", "id": "N1", "summary": "found it"},
             {"op": "assign_tool_calls", "id": "N1", "tool_call_ids": ["c2"]},
         ]
@@ -230,3 +231,11 @@ def test_random_batches_keep_invariants_and_tombstones(batches: list[list[object
                 assert new.node(node.id) == node  # tombstones never change
         assert validate_mermaid(to_mermaid(new)) == []
         canvas = new
+
+
+def test_no_node_leads_to_itself() -> None:
+    """Qwen2.5 0.5B added its first node "after" itself: that adds no edge; an explicit self-edge is refused."""
+    canvas = apply_ops(empty(), [AddNode(id="001-N1", stage="Explore", action="ls", after="001-N1")], T0)
+    assert canvas.edges == ()
+    with pytest.raises(InvalidInput, match="to itself"):
+        apply_ops(canvas, [AddEdge(src="N1", dst="001-N1")], T0)

@@ -34,7 +34,8 @@ _OP = ConfigDict(frozen=True, extra="forbid")
 
 
 class AddNode(BaseModel):
-    """Add a step. Omit ``id`` to get the next ``NNN-Nk``; ``after`` also adds the edge ``after -> new``."""
+    """Add a step. Omit ``id`` to get the next ``NNN-Nk``; ``after`` also adds the edge ``after -> new`` (none when it
+    names the new node itself)."""
 
     model_config = _OP
     op: Literal["add_node"] = "add_node"
@@ -139,6 +140,8 @@ class _Draft:
 
     def add_edge(self, src: str, dst: str, label: str | None) -> None:
         src, dst = self.get(src, writable=False)["id"], self.get(dst, writable=False)["id"]
+        if src == dst:
+            raise ValueError(f"an edge from {src!r} to itself")
         if not any(e["src"] == src and e["dst"] == dst for e in self.edges):
             self.edges.append({"src": src, "dst": dst, "label": label})
 
@@ -151,7 +154,7 @@ class _Draft:
             node = {"id": node_id, **fields, "timestamp": op.timestamp or self.now, "tool_call_ids": ()}
             self.nodes[node_id] = node
             self.take_calls(op.tool_call_ids, node)
-            if op.after:
+            if op.after and self.qualify(op.after) != node_id:  # "after itself" (Qwen2.5 0.5B wrote it): no edge
                 self.add_edge(op.after, node_id, None)
         elif isinstance(op, UpdateNode):
             node = self.get(op.id)
