@@ -18,6 +18,13 @@ from mnemoflow.llm.grammar import schema_grammar
 from mnemoflow.llm.structured import RawReply, StructuredEngine, StructuredRequest
 from mnemoflow.llm.usage import LLMUsage
 
+REPAIR_REPEAT_PENALTY = 1.15
+"""llama.cpp's repetition penalty on the repair try only. The first try decodes greedily with none, so ids a reply
+must repeat (source message ids, atom ids) are not pushed away; the repair try follows a reply that failed
+validation, which on the packaged Qwen2.5 models was mostly a loop (a persona line written 16 times). Measured on
+the 0.5B with one thread, a one-scene persona: no penalty, or 1.05, or temperature 0.7, looped again; 1.15 wrote
+a valid persona in 19 s."""
+
 
 class LlamaCppEngine(StructuredEngine):
     def __init__(
@@ -60,6 +67,7 @@ class LlamaCppEngine(StructuredEngine):
             max_tokens=request.max_tokens,
             temperature=request.temperature,
             grammar=self._grammar(request.schema),
+            repeat_penalty=1.0 if request.attempt == 1 else REPAIR_REPEAT_PENALTY,
         )
         return reply
 

@@ -56,11 +56,22 @@ SendFn = Callable[[StructuredRequest], Awaitable[RawReply]]
 
 
 def repair_messages(reply: RawReply, error: ValidationError) -> list[ChatMessage]:
-    """The two messages appended for the retry: the invalid reply and what was wrong with it."""
-    problems = "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in error.errors(include_url=False)[:10]
-    )
+    """The messages appended for the retry: the invalid reply and what was wrong with it.
+
+    A reply refused only for what its values say (every error a ``value_error``: a loop, an invented number) is not
+    echoed: its shape was right, and echoing a loop primed it again (Qwen2.5 0.5B wrote the same persona line 16
+    times in the repair try after seeing it; without the echo it wrote a valid persona)."""
+    errors = error.errors(include_url=False)
+    problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in errors[:10])
     hint = " The reply was cut off at the token limit; answer more briefly." if reply.finish_reason == "length" else ""
+    if all(e["type"] == "value_error" for e in errors):
+        return [
+            ChatMessage(
+                role="user",
+                content=f"Your reply was refused ({problems}).{hint} "
+                "Reply again with only one JSON object that matches the schema.",
+            )
+        ]
     return [
         ChatMessage(role="assistant", content=reply.text[:_ECHO_CHARS]),
         ChatMessage(

@@ -56,7 +56,16 @@ def test_unbounded_lists_are_refused_before_the_model_runs(engine: LlamaCppEngin
         asyncio.run(engine.complete([ChatMessage(role="user", content="x")], Unbounded, max_tokens=8))
 
 
-REPLIES = [DedupOut, ExtractionOut, BoundaryReply, CanvasReply, FirstCanvasReply, SummaryReply, SceneReply, PersonaReply]
+REPLIES = [
+    DedupOut,
+    ExtractionOut,
+    BoundaryReply,
+    CanvasReply,
+    FirstCanvasReply,
+    SummaryReply,
+    SceneReply,
+    PersonaReply,
+]
 
 
 @pytest.fixture(scope="module")

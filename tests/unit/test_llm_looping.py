@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
 from mnemoflow.llm.looping import loop_problem
+from mnemoflow.llm.structured import RawReply, repair_messages
 from mnemoflow.prompts.persona import PersonaReply
 from mnemoflow.prompts.scenes import SceneReply
 
@@ -54,3 +57,17 @@ def test_scene_bodies_are_checked_too() -> None:
     edit = {"action": "create", "filename": "x", "sources": [], "summary": "s", "atom_ids": []}
     with pytest.raises(ValidationError, match="write each point once"):
         SceneReply.model_validate({"edits": [{**edit, "body": LOOP[:1500]}]})
+
+
+def test_a_looping_reply_is_not_echoed_in_the_repair_try() -> None:
+    """Echoing a loop primed it again (Qwen2.5 0.5B); a reply refused for its shape is still echoed."""
+    looped = RawReply(text=json.dumps({"persona": LOOP[:2000]}))
+    with pytest.raises(ValidationError) as loop:
+        PersonaReply.model_validate_json(looped.text)
+    (note,) = repair_messages(looped, loop.value)
+    assert note.role == "user" and "written 40 times" in note.content and note.content.count("Scene 1") == 1
+    shapeless = RawReply(text='{"persona": 3}')
+    with pytest.raises(ValidationError) as shape:
+        PersonaReply.model_validate_json(shapeless.text)
+    echoed, complaint = repair_messages(shapeless, shape.value)
+    assert echoed.role == "assistant" and echoed.content == shapeless.text and "schema" in complaint.content
