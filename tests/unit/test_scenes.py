@@ -83,6 +83,9 @@ def test_render_parse_round_trip_and_lenient_parse() -> None:
         ("a\u00a0b\u3000c.MD", "a-b-c.md"),
         ("旅行 计划", "旅行-计划.md"),
         ("x--__..y", "x-_.y.md"),
+        ("new_scene1.txt", "new_scene1.md"),
+        ("notes.txt.md", "notes.md"),
+        ("node.js tips", "node.js-tips.md"),
     ],
 )
 def test_normalize_filename(raw: str, expected: str) -> None:

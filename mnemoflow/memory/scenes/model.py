@@ -181,15 +181,17 @@ SAFE_SCENE_NAME = re.compile(r"[^\W_][\w.-]{0,95}\.md", re.UNICODE)
 """What a normalised name looks like: word characters (CJK included), ``-``, ``_``, ``.``, ending ``.md``."""
 
 
+_TEXT_SUFFIX = re.compile(r"(?:\.(?:md|markdown|txt))+$", re.IGNORECASE)
+"""Text-file suffixes a model adds to a proposed name (Qwen2.5 0.5B: ``new_scene1.txt``); ``.md`` is added back."""
+
+
 def normalize_filename(raw: str, taken: set[str] | frozenset[str] = frozenset()) -> str:
     """docs/tdam-spec.md §3.5 step 6: a safe, unique ``.md`` name from whatever the model (or a keyword list) proposed.
 
     Whitespace becomes ``-``; punctuation and path characters are dropped (so ``../x`` cannot survive);
     repeated separators collapse; an empty stem becomes ``scene``; collisions with ``taken`` get ``-2``, ``-3``….
     """
-    name = unicodedata.normalize("NFKC", raw).strip()
-    if name.lower().endswith(".md"):
-        name = name[:-3]
+    name = _TEXT_SUFFIX.sub("", unicodedata.normalize("NFKC", raw).strip())
     out = []
     for ch in name:
         if ch.isspace():
