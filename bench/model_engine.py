@@ -44,7 +44,7 @@ slowest) and tokens/s; per engine, each stage's wall time.
 ``--quick`` is sized for 10 minutes with the 0.5B on 2 idle cores from the per-call times measured at 20 turns
 (one L1 call a set instead of two: ~130 s a call, the persona ~125 s a call; the heuristic side takes seconds); that
 size has not been timed on an idle machine yet: the run of 2026-12-06 shared its cores with a second llama.cpp and a
-Go build (load 7-10) and had not finished its first conversation after 40 minutes.
+Go build (load 3-14) and was stopped after 78 minutes, in its Chinese persona call.
 
 Writes ``bench/results/model_engine-<model>.json`` (``-quick`` with ``--quick``).
 """
@@ -414,6 +414,7 @@ def memory_tables(result: dict[str, Any], turns: int) -> list[Table]:
                 if r["recall_at_10"] is None
                 else f"{r['recall_at_10']:.3f} (raw turns {r['recall_at_10_raw_turns']:.3f})"
             )
+            sources = "-" if r["source_turns_per_atom"] is None else f"{r['source_turns_per_atom']:.1f}"
             l1_rows.append(
                 [
                     set_name,
@@ -421,6 +422,7 @@ def memory_tables(result: dict[str, Any], turns: int) -> list[Table]:
                     str(r["atoms"]),
                     str(r["questions"]),
                     recall,
+                    sources,
                     f"{r['evidence_cited']} / {r['evidence_turns']}",
                     "n/a" if not r["observations"] else f"{share(r['observation_coverage'])} of {r['observations']}",
                     str(r["l1_seconds"]),
@@ -446,6 +448,7 @@ def memory_tables(result: dict[str, Any], turns: int) -> list[Table]:
                 "atoms",
                 "questions",
                 "R@10 atoms (raw turns)",
+                "turns cited per atom returned",
                 "evidence cited",
                 "observations covered",
                 "L1 s",
@@ -574,7 +577,8 @@ def main() -> None:
     notes = [
         "R@10 atoms: bench/locomo_recall.py's evaluate() on the sample's questions (categories 1-4, all evidence in "
         "the sample, one evidence turn said by the memory's user); a hit when a top-10 atom cites an evidence turn. "
-        "With at most 10 atoms every atom is returned, so R@10 then only says whether some atom cites the evidence. "
+        "With at most 10 atoms every atom is returned, so R@10 then only says whether some atom cites the evidence; "
+        "and an atom that cites every turn of its window (turns cited per atom returned) hits whatever it says. "
         "Raw turns: the same recall over the sample's turns. Hashing embedder.",
         "evidence cited: the LoCoMo evidence turns (questions of categories 1-4) among these turns that some atom "
         "lists as a source. The heuristic engine writes an atom for nearly every user turn (the turn's own text), so "
