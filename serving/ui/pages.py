@@ -16,7 +16,7 @@ from mnemoflow.errors import MnemoflowError
 from mnemoflow.governance.listing import AtomFilter, history, page
 from mnemoflow.health import Check, run_checks
 from mnemoflow.memory.l1.records import RecordLog
-from mnemoflow.memory.persona.generate import PersonaStore
+from mnemoflow.memory.persona.generate import PersonaStore, written_by
 from mnemoflow.memory.scenes.drilldown import drill_down as scene_refs
 from mnemoflow.memory.scenes.paths import ScenePaths
 from mnemoflow.offload.annotations import annotated_entries, drill_down
@@ -116,7 +116,7 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
             atoms = page(records, where, ATOMS_PER_PAGE, cursor)
         except MnemoflowError as exc:
             atoms, problem = page(records, where, ATOMS_PER_PAGE, None), str(exc)
-        persona, scenes = PersonaStore(files, tenant, user), []
+        persona_text, scenes = PersonaStore(files, tenant, user).read(), []
         for ref in await asyncio.to_thread(scene_refs, files, tenant, user):
             body = files.read_bytes(f"{ScenePaths(tenant, user).scenes_dir}/{ref.filename}")
             scenes.append((ref, _text(body) or ""))
@@ -136,8 +136,8 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
             tenant=tenant,
             user=user,
             name=await asyncio.to_thread(names.of, tenant, user),
-            persona=persona.read(),
-            persona_engine=persona.written_by(),
+            persona=persona_text,
+            persona_engine=written_by(persona_text),
             scenes=scenes,
             scene_of=scene_of,
             atoms=shown,

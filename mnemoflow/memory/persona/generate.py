@@ -117,9 +117,7 @@ class PersonaStore:
         return strip_navigation(_ENGINE_LINE.sub("", self.read()))
 
     def written_by(self) -> str:
-        """The engine that wrote the body (``llm``, ``heuristic``), or "" for a file written without one."""
-        found = _ENGINE_LINE.match(self.read())
-        return found["engine"] if found else ""
+        return written_by(self.read())
 
     def read_for_prompt(self) -> str:
         """The body as a prompt shows it: no navigation, no atom links."""
@@ -142,12 +140,19 @@ class PersonaStore:
 
     def refresh_navigation(self, scenes: dict[str, SceneBlock]) -> bool:
         """After an L2 pass: re-render the navigation tail if a persona body exists (docs/tdam-spec.md §3.5 step 8)."""
-        body = self.read_body()
+        current = self.read()
+        body = strip_navigation(_ENGINE_LINE.sub("", current))
         if not body:
             return False
-        text = _engine_line(self.written_by()) + body + "\n\n" + render_navigation(scenes) + "\n"
+        text = _engine_line(written_by(current)) + body + "\n\n" + render_navigation(scenes) + "\n"
         self.files.write_atomic(self.paths.persona, text.encode())
         return True
+
+
+def written_by(persona_text: str) -> str:
+    """The engine that wrote a persona file's body (``llm``, ``heuristic``), or "" for a file written without one."""
+    found = _ENGINE_LINE.match(persona_text)
+    return found["engine"] if found else ""
 
 
 def _engine_line(engine: str) -> str:
