@@ -140,7 +140,7 @@ async def llm_summaries(
             reply = await llm.complete(
                 offload_summary.build(list(batch), user_intent),
                 SummaryReply,
-                max_tokens=120 * len(batch) + 64,
+                max_tokens=offload_summary.ITEM_TOKENS * len(batch) + 64,
                 stage="offload_summary",
             )
         except MnemoflowError as exc:

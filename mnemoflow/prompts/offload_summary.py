@@ -11,14 +11,23 @@ from pydantic import BaseModel, ConfigDict, Field
 from mnemoflow.offload.messages import ToolPair
 from mnemoflow.ports.llm import ChatMessage
 
-VERSION = "offload_summary/1"
+VERSION = "offload_summary/2"
 PARAMS_CHARS, RESULT_CHARS, INTENT_CHARS = 500, 2000, 500
+SUMMARY_CHARS = 240
+"""The prompt asks for 200 characters; the grammar closes the string a little later. Version 1 allowed 400, and the
+Qwen2.5 0.5B wrote summaries that long, so a batch ran past its token budget into invalid JSON."""
+ITEM_TOKENS = 320
+"""Completion tokens a reply item may need at most: its id (128 characters), the summary at its bound (a token a
+character in Chinese) and the JSON around them. ``max_tokens`` of a call is this per item, so only a reply the
+grammar would not end is cut."""
 
 
 class ItemSummary(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tool_call_id: str = Field(max_length=128)
-    summary: str = Field(max_length=400, description="Key findings, changes or errors; what it means for the task.")
+    summary: str = Field(
+        max_length=SUMMARY_CHARS, description="Key findings, changes or errors; what it means for the task."
+    )
     score: int = Field(ge=0, le=10, description="How well the summary can replace the raw output (10 = fully).")
 
 

@@ -2,25 +2,41 @@
 
 Pure: :func:`build_persona_messages` turns a :class:`~mnemoflow.memory.persona.generate.PersonaContext` into chat
 messages; the reply model is :class:`PersonaReply`. The engine, not the model, appends the scene navigation.
-Version 2 shows each scene without its META block (Qwen2.5 0.5B copied it into the persona).
+Version 2 shows each scene without its META block (Qwen2.5 0.5B copied it into the persona). Version 3 refuses a
+persona that copies the prompt (its ``## Scenes`` section, the fenced scenes, the focus note), which the 0.5B still
+did: the repair try is told why, then the heuristic writes the persona.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from mnemoflow.llm.looping import NotLooping
 from mnemoflow.memory.persona.generate import MAX_PERSONA_CHARS, PersonaContext
 from mnemoflow.memory.scenes.model import format_ts, render_for_prompt
 from mnemoflow.ports.llm import ChatMessage
 
-VERSION = "persona-v2"
+VERSION = "persona-v3"
+
+
+FOCUS_NOTES = ("Focus on these changed scenes.", "No scene changed; review all.")
+
+
+def _not_the_prompt(text: str) -> str:
+    """Refuse the prompt's own furniture in the persona: fenced blocks, the scenes section, the focus note."""
+    if "```" in text:
+        raise ValueError("the persona is plain Markdown: no code fences; do not copy the scenes, describe the user")
+    if any(line.strip() in {"## Scenes", *FOCUS_NOTES} for line in text.splitlines()):
+        raise ValueError("the persona copies the prompt's scene section: describe the user in your own words")
+    return text
 
 
 class PersonaReply(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    persona: NotLooping = Field(min_length=1, max_length=MAX_PERSONA_CHARS)
+    persona: Annotated[NotLooping, AfterValidator(_not_the_prompt)] = Field(min_length=1, max_length=MAX_PERSONA_CHARS)
 
 
 SYSTEM = f"""You are a persona architect following an incremental evolution protocol. Write the user's persona as
@@ -40,7 +56,7 @@ Reply with one JSON object: {{"persona": "<markdown>"}}."""
 def build_persona_messages(ctx: PersonaContext, language: str = "the language of the scenes") -> list[ChatMessage]:
     focus = ctx.changed or ctx.scenes
     scenes = "\n\n".join(f"#### {b.filename}\n```markdown\n{render_for_prompt(b)}```" for b in focus)
-    note = "Focus on these changed scenes." if ctx.changed else "No scene changed; review all."
+    note = FOCUS_NOTES[0] if ctx.changed else FOCUS_NOTES[1]
     parts = [
         f"Write in {language}. Updated: {format_ts(ctx.now)}. Mode: {ctx.mode}. Trigger: {ctx.reason}.",
         f"Stats: {ctx.total_memories} memories, {len(ctx.scenes)} scenes, {len(ctx.changed)} changed.",

@@ -88,10 +88,10 @@ def fact(content: str, **decision):
     return lambda mid: mem(content, mid, **decision)
 
 
-def test_the_llm_extractor_decides_and_the_prompt_is_version_2() -> None:
+def test_the_llm_extractor_decides_and_the_prompt_is_version_3() -> None:
     assert isinstance(LLMExtractor(ScriptedLLM()), DecidingExtractor)
     assert not isinstance(HeuristicExtractor(), DecidingExtractor)
-    assert l1_extraction.VERSION == "l1-extraction/2"
+    assert l1_extraction.VERSION == "l1-extraction/3"
 
 
 def test_store_decided_in_the_extraction_reply_costs_one_call(tmp_path: Path) -> None:
@@ -103,7 +103,8 @@ def test_store_decided_in_the_extraction_reply_costs_one_call(tmp_path: Path) ->
     assert [r.content for r in w.live()] == ["Sam likes green tea", "Sam likes chess"]
     assert result.llm_calls == result.model_calls_needed == 1 and w.judge_llm.calls == []
     prompt = w.extract_llm.calls[1].messages[1].content
-    assert f"[{old}] (persona) Sam likes green tea" in prompt  # the candidate was shown with its id
+    assert "[#E1] (persona) Sam likes green tea" in prompt and old not in prompt  # shown by its label
+    assert "[#1] [user]" in prompt and "m1" not in prompt
     stats = w.pipeline.deduper.stats
     assert stats.decided_in_extraction == 1 and stats.judge_calls_saved_by_extraction == 1
     assert stats.judge_calls == stats.model_judge_passes == 0
@@ -115,6 +116,21 @@ def test_skip_decided_in_the_extraction_reply(tmp_path: Path) -> None:
     result = w.say("tea again", fact("Sam likes tea", decision="skip"))
     assert [r.content for r in w.live()] == ["Sam likes green tea"] and w.store.count("t", "u") == 1
     assert result.skipped == 1 and result.llm_calls == 1 and w.judge_llm.calls == []
+
+
+def test_a_reply_citing_labels_links_the_ids_they_stand_for(tmp_path: Path) -> None:
+    """The prompt shows #1 for the new message and #E1 for the stored memory; the reply's labels map back."""
+    w = World(tmp_path)
+    w.say("I live in Paris", fact("Sam lives in Paris"))
+    old = w.live()[0].id
+    w.turn("moved to Lyon")
+    labelled = mem("Sam lives in Lyon", "#1", decision="update", target_ids=["#E1"], merged_content="Sam lives in Lyon")
+    unknown = mem("Sam has a cat", "#7")  # no 7th message: dropped like an id outside the window
+    w.extract_llm.push(ExtractionOut(scenes=[SceneOut(scene_name="home", memories=[labelled, unknown])]))
+    result = asyncio.run(w.pipeline.run("t", "u"))
+    live = w.live()
+    assert [r.content for r in live] == ["Sam lives in Lyon"] and live[0].merged_from == [old]
+    assert live[0].source_message_ids == ["m1", "m0"] and result.superseded == 1
 
 
 @pytest.mark.parametrize("action", ["update", "merge"])

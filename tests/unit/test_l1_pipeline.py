@@ -156,7 +156,9 @@ def test_model_source_ids_outside_the_window_are_dropped_and_at_most_20_kept(fil
     assert result.llm_calls == 1 and len(records) == 20
     assert all(r.source_message_ids == ["m0"] for r in records) and "invented" not in {r.content for r in records}
     assert {r.priority for r in records} == set(range(70, 50, -1))  # the lowest priorities were cut
-    assert llm.calls[0].stage == "l1-extraction" and "[m0] [user]" in llm.calls[0].messages[1].content
+    assert (
+        llm.calls[0].stage == "l1-extraction" and "[#1] [user]" in llm.calls[0].messages[1].content
+    )  # m0, by its label
 
 
 def test_a_failing_model_keeps_the_cursor_and_the_next_run_catches_up(files, store) -> None:

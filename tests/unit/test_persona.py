@@ -279,3 +279,14 @@ def test_a_persona_with_numbers_no_scene_holds_is_written_by_the_heuristic(store
     asyncio.run(generate_persona(persona, scenes, LLMPersonaEngine(grounded), cold(), now=NOW))
     assert "fact 11" in persona.read() and grounded.usage.stage("l3_persona").fallbacks == 0
     assert persona.written_by() == "llm" and "engine" not in persona.read_for_prompt()
+
+
+@pytest.mark.parametrize(
+    "copied",
+    ["# User\n## Scenes\nFocus on these changed scenes.\nhikes", "# User\n```markdown\nsummary: hikes\n```"],
+)
+def test_a_persona_copying_the_prompt_is_refused_with_why(copied: str) -> None:
+    """The 0.5B answered with the prompt's scene section, fenced scenes and all (bench/model_engine.py --quick)."""
+    with pytest.raises(ValueError, match="cop(y|ies)"):
+        PersonaReply(persona=copied)
+    assert PersonaReply(persona="# User\n- hikes on weekends").persona.endswith("weekends")

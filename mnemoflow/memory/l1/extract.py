@@ -154,7 +154,7 @@ class LLMExtractor:
             drafts = await self._fallback.extract(user, window, previous_scene)
             return Extraction(drafts, [None] * len(drafts))
         pairs = []
-        for scene in reply.scenes:
+        for scene in prompt.resolve_ids(reply, ctx).scenes:
             for mem in scene.memories:
                 try:
                     pairs.append(
