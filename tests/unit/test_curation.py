@@ -128,7 +128,7 @@ def test_llm_engines_through_scripted_model(tmp_path: Path) -> None:
     )
     rnd = random.Random(7)  # varied text with no numbers: a loop or an invented number would be refused
     lines = ["- line " + "".join(rnd.choice("abcdefghij klmnop") for _ in range(64)) for _ in range(28)]
-    long_body = "# Persona\n" + "\n".join(lines)  # ~2,000 chars
+    long_body = "# Persona\nHikes.\n" + "\n".join(lines)  # ~2,000 chars, a word of its scene
     llm = ScriptedLLM([scene, PersonaReply(persona=long_body[:MAX_PERSONA_CHARS])])
     cur = Curator(files, clock, LLMSceneEngine(llm), LLMPersonaEngine(llm))
     out = asyncio.run(cur.run_now("acme", "alice"))

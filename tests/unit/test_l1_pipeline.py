@@ -8,9 +8,9 @@ from mnemoflow.embedding import HashingEmbedder
 from mnemoflow.errors import ServiceUnavailable
 from mnemoflow.events import TurnEvent
 from mnemoflow.index import InMemoryVectorStore
-from mnemoflow.memory.l0 import L0Writer, read_l0
+from mnemoflow.memory.l0 import L0Message, L0Writer, read_l0
 from mnemoflow.memory.l1.dedup import LLMDedupJudge
-from mnemoflow.memory.l1.extract import LLMExtractor
+from mnemoflow.memory.l1.extract import LLMExtractor, narrow_sources
 from mnemoflow.memory.l1.heuristic import HeuristicExtractor, HeuristicJudge
 from mnemoflow.memory.l1.pipeline import L1Pipeline, L1Settings
 from mnemoflow.memory.l1.records import RecordLog
@@ -409,3 +409,31 @@ def test_a_reply_invalid_after_the_repair_try_falls_back_to_the_heuristic_extrac
     assert load_cursor(files, "t", "u").done == {T0.date().isoformat(): len(FACTS)}
     totals = llm.usage.stage("l1-extraction")
     assert (totals.calls, totals.failed, totals.retries, totals.fallbacks) == (1, 1, 1, 1)
+
+
+def _said(*texts: str) -> list[L0Message]:
+    t0 = datetime(2025, 1, 1, tzinfo=UTC)
+    return [L0Message(id=f"m{i}", session="s", role="user", content=t, ts=t0) for i, t in enumerate(texts)]
+
+
+@pytest.mark.parametrize(
+    ("content", "texts", "kept"),
+    [
+        (  # the 0.5B cited every message of the window: only the one saying it stays
+            "Caroline went to an LGBTQ support group",
+            ["Hey Mel, good to see you!", "I went to a LGBTQ support group yesterday.", "Career options next."],
+            ("m1",),
+        ),
+        ("李娜的女儿考上了北京大学", ["周末我打算去香山徒步。", "我女儿小美考上了北京大学。"], ("m1",)),
+        (  # a memory merging two messages keeps both
+            "Sam is vegetarian and runs",
+            ["I am vegetarian.", "The weather is fine.", "I run every morning; vegetarian food helps."],
+            ("m0", "m2"),
+        ),
+        ("Sam likes it", ["yes", "sure"], ("m0", "m1")),  # no word to tell them apart by: the citation stands
+    ],
+)
+def test_a_models_citations_narrow_to_the_messages_that_say_the_memory(
+    content: str, texts: list[str], kept: tuple[str, ...]
+) -> None:
+    assert narrow_sources(content, _said(*texts)) == kept

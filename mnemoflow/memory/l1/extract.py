@@ -8,6 +8,10 @@ so every stored atom resolves to L0 (the model cannot invent ids).
 A :class:`DecidingExtractor` (the LLM engine) also receives the user's stored atoms closest to the window and
 may return a dedup decision per draft, so that one model call both extracts and deduplicates; the decisions are
 validated later by :class:`~mnemoflow.memory.l1.dedup.Deduper`, exactly like the judge's.
+
+A model's citations are narrowed to the messages that say the memory (:func:`narrow_sources`): the Qwen2.5 0.5B
+cited every message of its window on every memory, so drill-down from such an atom reached ten messages and
+recall credited it with evidence it never held.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from mnemoflow.llm.fallback import fell_back
 from mnemoflow.memory.l0 import L0Message
 from mnemoflow.memory.l1.models import AtomDraft, DedupDecision
 from mnemoflow.memory.l1.window import Window
+from mnemoflow.memory.salience import content_words
 from mnemoflow.ports.llm import LLM
 from mnemoflow.ports.vectors import AtomRow
 from mnemoflow.prompts import l1_extraction as prompt
@@ -90,6 +95,18 @@ def validate_decided(
     return Extraction(drafts, [by_key[(d.type, d.content.strip().lower())] for d in drafts])
 
 
+def narrow_sources(content: str, cited: Sequence[L0Message]) -> tuple[str, ...]:
+    """The ids of the cited messages that say ``content``: those holding at least half of its content words, else
+    those holding the most of them; all of them when no message shares a word with it (a paraphrase, another
+    language: nothing to tell them apart by)."""
+    words = set(content_words(content))
+    shares = [len(words & set(content_words(m.content))) for m in cited]
+    if len(cited) < 2 or not words or not any(shares):
+        return tuple(m.id for m in cited)
+    best = max(shares)
+    return tuple(m.id for m, n in zip(cited, shares, strict=True) if n == best or n >= len(words) / 2)
+
+
 def _when(value: str | None) -> datetime | None:
     if not value:
         return None
@@ -154,8 +171,11 @@ class LLMExtractor:
             drafts = await self._fallback.extract(user, window, previous_scene)
             return Extraction(drafts, [None] * len(drafts))
         pairs = []
+        by_id = {m.id: m for m in window.new}
         for scene in prompt.resolve_ids(reply, ctx).scenes:
             for mem in scene.memories:
+                cited = [by_id[s] for s in mem.source_message_ids if s in by_id]
+                sources = narrow_sources(mem.content, cited) if cited else tuple(mem.source_message_ids)
                 try:
                     pairs.append(
                         (
@@ -163,7 +183,7 @@ class LLMExtractor:
                                 content=mem.content.strip(),
                                 type=mem.type,
                                 priority=mem.priority,
-                                source_message_ids=tuple(mem.source_message_ids),
+                                source_message_ids=sources,  # none of the window's: validation drops it
                                 scene_name=scene.scene_name.strip(),
                                 activity_start=_when(mem.activity_start),
                                 activity_end=_when(mem.activity_end),

@@ -3,8 +3,9 @@
 A persona is the one layer a model writes from scratch over many memories, so it is where a small model invents
 the most: from one Chinese greeting, Qwen2.5 1.5B wrote a 30-year-old software engineer earning $80,000
 (``bench/model_engine.py``). The schema cannot catch that; a cheap part of it can be: every number of two or more
-digits in the persona must appear in the scenes or the current persona it was written from, else the heuristic
-engine writes this persona.
+digits in the persona must appear in the scenes or the current persona it was written from, and the persona must
+share a content word with them (the 0.5B answered a Chinese scene with "I'm sorry, but I can't assist
+with that request."), else the heuristic engine writes this persona.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 from mnemoflow.errors import MnemoflowError, StructuredOutputError
 from mnemoflow.llm.fallback import fell_back
 from mnemoflow.memory.persona.generate import PersonaContext, PersonaDraft, PersonaEngine
+from mnemoflow.memory.salience import content_words
 from mnemoflow.memory.scenes.model import format_ts, render_scene
 from mnemoflow.ports import LLM
 from mnemoflow.prompts.persona import SYSTEM, PersonaReply, build_persona_messages
@@ -34,10 +36,26 @@ def ungrounded_numbers(persona: str, ctx: PersonaContext) -> list[str]:
     return sorted(n for n in found if sum(c.isdigit() for c in n) >= 2 and n not in sources)
 
 
+def shared_words(persona: str, ctx: PersonaContext) -> int:
+    """Distinct content words (:func:`~mnemoflow.memory.salience.content_words`: no stop words) the persona shares
+    with its scenes and the current persona."""
+    given = set(content_words("\n".join([*(render_scene(b) for b in ctx.scenes), ctx.current])))
+    return len(given & set(content_words(persona)))
+
+
+def ungrounded(persona: str, ctx: PersonaContext) -> str | None:
+    """Why the persona is not written from its sources, or None."""
+    if invented := ungrounded_numbers(persona, ctx):
+        return f"the persona states numbers no scene holds: {', '.join(invented[:5])}"
+    if not shared_words(persona, ctx):
+        return "the persona shares no content word with its scenes: it does not describe them"
+    return None
+
+
 class LLMPersonaEngine:
     """Implements :class:`~mnemoflow.memory.persona.generate.PersonaEngine` with any LLM engine; a reply still
-    invalid after the repair try, or stating numbers it was not given, has ``fallback`` (the heuristic engine)
-    write that persona."""
+    invalid after the repair try, or not written from its sources (:func:`ungrounded`), has ``fallback`` (the
+    heuristic engine) write that persona."""
 
     name = "llm"
     every_n: int | None = None
@@ -59,8 +77,8 @@ class LLMPersonaEngine:
         messages = build_persona_messages(ctx, *([self.language] if self.language else []))
         try:
             reply = await self.llm.complete(messages, PersonaReply, max_tokens=self.max_tokens, stage="l3_persona")
-            if invented := ungrounded_numbers(reply.persona, ctx):
-                raise UngroundedPersona(f"the persona states numbers no scene holds: {', '.join(invented[:5])}")
+            if why := ungrounded(reply.persona, ctx):
+                raise UngroundedPersona(why)
         except (StructuredOutputError, UngroundedPersona) as exc:
             if self.fallback is None:
                 raise
