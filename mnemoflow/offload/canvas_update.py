@@ -79,7 +79,7 @@ async def propose_ops(canvas: Canvas, name: str, batch: Sequence[OffloadEntry], 
     ]
     reply = await llm.complete(
         offload_canvas.build(to_mermaid(canvas), name, triples),
-        offload_canvas.reply_model(canvas),
+        offload_canvas.reply_model(canvas, len(batch)),
         max_tokens=2000,
         stage="offload_canvas",
     )

@@ -2,20 +2,22 @@
 
 Pure: ``context -> list[ChatMessage]``; the reply model is :class:`mnemoflow.offload.canvas.CanvasOps` (at most 30
 operations), applied and validated by code. Version 3: an empty canvas is answered with new nodes only
-(:class:`FirstReply`).
+(:class:`FirstReply`). Version 4: at most one new node per tool call of the batch on an empty canvas (the 0.5B
+added nodes until its 2,000 tokens ran out, twice, and the heuristic drew that canvas).
 """
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from mnemoflow.offload.canvas import MAX_OPS, STATUSES, Canvas, CanvasOps
 from mnemoflow.offload.canvas.model import NODE_ID_PATTERN
 from mnemoflow.ports.llm import ChatMessage
 
-VERSION = "offload_canvas/3"
+VERSION = "offload_canvas/4"
 _IDS: Any = Field(default_factory=list, max_length=30)  # one constraint shared by the id-list fields
 # A Literal built from the canvas's own status tuple, so the reply schema cannot drift from the model; mypy cannot
 # follow a Literal made from a variable, hence the ignore.
@@ -88,9 +90,19 @@ class FirstReply(BaseModel):
     ops: list[_AddNode] = Field(min_length=1, max_length=MAX_OPS)
 
 
-def reply_model(canvas: Canvas) -> type[Reply] | type[FirstReply]:
-    """The reply schema for ``canvas``: :class:`FirstReply` while it has no node, else :class:`Reply`."""
-    return Reply if canvas.nodes else FirstReply
+@cache
+def _first_reply(max_ops: int) -> type[FirstReply]:
+    return create_model(
+        f"FirstReply{max_ops}", __base__=FirstReply, ops=(list[_AddNode], Field(min_length=1, max_length=max_ops))
+    )
+
+
+def reply_model(canvas: Canvas, calls: int = MAX_OPS) -> type[Reply] | type[FirstReply]:
+    """The reply schema for ``canvas`` and a batch of ``calls`` tool calls: :class:`FirstReply` with at most one node
+    a call while the canvas has no node, else :class:`Reply`."""
+    if canvas.nodes:
+        return Reply
+    return _first_reply(max(1, min(calls, MAX_OPS)))
 
 
 def to_ops(reply: Reply | FirstReply) -> CanvasOps:

@@ -156,7 +156,7 @@ def test_a_model_canvas_gets_tombstones_for_the_failures_it_left_live(tmp_path: 
     name = state.active_canvas
     llm = ScriptedLLM([reply])
     asyncio.run(update_canvases(files, state, batch, T0 + timedelta(minutes=1), llm))
-    assert llm.calls[0].output_model is FirstReply  # an empty canvas: the grammar allows new nodes only
+    assert issubclass(llm.calls[0].output_model, FirstReply)  # an empty canvas: the grammar allows new nodes only
     saved = load_canvas(files, "t", "s", name)
     assert saved is not None
     node = saved.node_for_tool_call("c2")
@@ -167,7 +167,12 @@ def test_a_model_canvas_gets_tombstones_for_the_failures_it_left_live(tmp_path: 
 def test_an_empty_canvas_takes_new_nodes_only() -> None:
     """On an empty canvas every other operation would name a node that does not exist (Qwen2.5 0.5B did)."""
     empty = Canvas(task_goal="fix the parser", created=T0, updated=T0, prefix="001")
-    assert reply_model(empty) is FirstReply and reply_model(drawn()) is Reply
+    assert issubclass(reply_model(empty), FirstReply) and reply_model(drawn()) is Reply
+    three = reply_model(empty, calls=3)  # at most a node a tool call: the 0.5B added nodes until max_tokens
+    node = {"op": "add_node", "stage": "a", "action": "b"}
+    assert len(three.model_validate({"ops": [node] * 3}).ops) == 3
+    with pytest.raises(ValidationError):
+        three.model_validate({"ops": [node] * 4})
     with pytest.raises(ValidationError):
         FirstReply.model_validate({"ops": [{"op": "update_node", "id": "001-N2", "summary": "s"}]})
     with pytest.raises(ValidationError):

@@ -437,3 +437,25 @@ def test_a_models_citations_narrow_to_the_messages_that_say_the_memory(
     content: str, texts: list[str], kept: tuple[str, ...]
 ) -> None:
     assert narrow_sources(content, _said(*texts)) == kept
+
+
+def test_a_model_memory_citing_only_the_assistant_is_dropped(files, store) -> None:
+    """The 1.5B stored the other speaker's lines as the user's memories; a memory needs a user message behind it."""
+    write_turns(files, ["I keep bees in my garden.", "Bees need a lot of care in winter."])  # m0 user, m1 assistant
+    out = ExtractionOut(
+        scenes=[
+            SceneOut(
+                scene_name="bees",
+                memories=[
+                    MemoryOut(content="Sam keeps bees", type="persona", priority=70, source_message_ids=["#1", "#2"]),
+                    MemoryOut(
+                        content="Bees need care in winter", type="persona", priority=70, source_message_ids=["#2"]
+                    ),
+                ],
+            )
+        ]
+    )
+    p = pipeline(files, store, extractor=LLMExtractor(ScriptedLLM([out])), judge=HeuristicJudge())
+    asyncio.run(p.run("t", "u"))
+    records = RecordLog(files, "t", "u").read()
+    assert [(r.content, r.source_message_ids) for r in records] == [("Sam keeps bees", ["m0"])]

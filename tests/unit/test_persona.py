@@ -301,3 +301,13 @@ def test_a_persona_saying_nothing_the_scenes_say_is_written_by_the_heuristic(sto
     asyncio.run(generate_persona(persona, scenes, engine, cold(), now=NOW))
     assert "sorry" not in persona.read() and persona.written_by() == "heuristic"
     assert llm.usage.stage("l3_persona").fallbacks == 1
+
+
+def test_a_number_is_grounded_by_a_number_of_the_scenes_not_by_part_of_a_time() -> None:
+    """The 1.5B gave a user an age of 30: a scene's META said 14:00:30, which a substring check accepted."""
+    from mnemoflow.memory.persona.generate import PersonaContext
+    from mnemoflow.memory.persona.llm import ungrounded_numbers
+
+    block = scene("hiking.md", 1, [Item("a1", "episodic", "2025-02-01", "Alice walked 12 km at 14:00:30.")])
+    ctx = PersonaContext([block], [], "", "first", "r", 1, NOW)
+    assert ungrounded_numbers("- 30 years old; walks 12 km; hiking since 2025", ctx) == ["30"]

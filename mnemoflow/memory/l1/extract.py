@@ -9,9 +9,10 @@ A :class:`DecidingExtractor` (the LLM engine) also receives the user's stored at
 may return a dedup decision per draft, so that one model call both extracts and deduplicates; the decisions are
 validated later by :class:`~mnemoflow.memory.l1.dedup.Deduper`, exactly like the judge's.
 
-A model's citations are narrowed to the messages that say the memory (:func:`narrow_sources`): the Qwen2.5 0.5B
-cited every message of its window on every memory, so drill-down from such an atom reached ten messages and
-recall credited it with evidence it never held.
+A model's citations are narrowed to the user's messages that say the memory (:func:`narrow_sources`): the Qwen2.5
+0.5B cited every message of its window on every memory, so drill-down from such an atom reached ten messages and
+recall credited it with evidence it never held; a memory citing only the assistant's messages is dropped (the 1.5B
+stored the other speaker's lines as the user's memories).
 """
 
 from __future__ import annotations
@@ -174,8 +175,10 @@ class LLMExtractor:
         by_id = {m.id: m for m in window.new}
         for scene in prompt.resolve_ids(reply, ctx).scenes:
             for mem in scene.memories:
-                cited = [by_id[s] for s in mem.source_message_ids if s in by_id]
-                sources = narrow_sources(mem.content, cited) if cited else tuple(mem.source_message_ids)
+                cited = [by_id[s] for s in mem.source_message_ids if s in by_id and by_id[s].role == "user"]
+                if not cited:
+                    continue  # only the assistant's words: not a memory of the user (the 1.5B took them for it)
+                sources = narrow_sources(mem.content, cited)
                 try:
                     pairs.append(
                         (
@@ -183,7 +186,7 @@ class LLMExtractor:
                                 content=mem.content.strip(),
                                 type=mem.type,
                                 priority=mem.priority,
-                                source_message_ids=sources,  # none of the window's: validation drops it
+                                source_message_ids=sources,
                                 scene_name=scene.scene_name.strip(),
                                 activity_start=_when(mem.activity_start),
                                 activity_end=_when(mem.activity_end),

@@ -21,6 +21,9 @@ from mnemoflow.ports import LLM
 from mnemoflow.prompts.persona import SYSTEM, PersonaReply, build_persona_messages
 
 NUMBER = re.compile(r"\d(?:[\d,.:/-]*\d)?")
+DATE_PARTS = re.compile(r"[./-]")
+"""A year or a month of a date in the sources grounds that number alone; a time's parts do not (the 1.5B's invented
+age of 30 was a substring of a scene's ``14:00:30``, which the first version of this check accepted)."""
 
 
 class UngroundedPersona(MnemoflowError):
@@ -29,11 +32,12 @@ class UngroundedPersona(MnemoflowError):
 
 def ungrounded_numbers(persona: str, ctx: PersonaContext) -> list[str]:
     """Numbers of two or more digits in ``persona`` that no scene, the current persona, the time given or the
-    prompt's own template (its chapters 3.1 and 3.2) holds."""
+    prompt's own template (its chapters 3.1 and 3.2) holds as a number of its own."""
     given = [*(render_scene(b) for b in ctx.scenes), ctx.current, format_ts(ctx.now), SYSTEM]
-    sources = "\n".join(given).replace(",", "")
+    known = {n.replace(",", "") for n in NUMBER.findall("\n".join(given))}
+    known |= {part for n in known for part in DATE_PARTS.split(n)}
     found = {n.replace(",", "") for n in NUMBER.findall(persona)}
-    return sorted(n for n in found if sum(c.isdigit() for c in n) >= 2 and n not in sources)
+    return sorted(n for n in found if sum(c.isdigit() for c in n) >= 2 and n not in known)
 
 
 def shared_words(persona: str, ctx: PersonaContext) -> int:
