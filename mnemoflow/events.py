@@ -11,9 +11,10 @@ import json
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from mnemoflow.ids import SafeId, WireId
+from mnemoflow.scopes import ScopeKind, visibility_has_its_owner
 
 MAX_TEXT_CHARS = 256 * 1024  # one event must fit in a Kafka record (1 MB by default) even when JSON-escaped
 
@@ -24,6 +25,15 @@ class _Strict(BaseModel):
 
 def _utc(ts: datetime) -> datetime:
     return ts.astimezone(UTC)
+
+
+_AGENT = Field(
+    None, description="The agent that had this conversation (docs/concepts/scopes.md); none: the default agent."
+)
+_TEAM = Field(None, description="The agent's team; its memories marked 'team' are shared within it.")
+_UNSET_IS_ABSENT = Field(None, exclude_if=lambda v: v is None)
+"""An event of a client that names no agent is the same JSON as before scopes, so a worker of the previous release
+still reads it during a rolling upgrade (the events forbid unknown fields)."""
 
 
 class TurnIn(_Strict):
@@ -43,6 +53,15 @@ class TurnIn(_Strict):
             "Who said it (OpenAI's message `name`), e.g. the user's display name: atoms then name their subject."
         ),
     )
+    agent: SafeId | None = _AGENT
+    team: SafeId | None = _TEAM
+    visibility: ScopeKind | None = Field(
+        None,
+        description="Who may see the memories of this message: 'shared' (every agent of the user), 'team' or "
+        "'agent' (only this one); absent: decided by the kind of memory (facts about the user are shared).",
+    )
+
+    _owned = model_validator(mode="after")(visibility_has_its_owner)
 
 
 class ToolResultIn(_Strict):
@@ -55,6 +74,8 @@ class ToolResultIn(_Strict):
     arguments: str | dict[str, Any] = Field(default="", description="The call's arguments, JSON text or object.")
     content: str = Field(max_length=MAX_TEXT_CHARS, description="Raw tool output; stored byte-exact.")
     ts: AwareDatetime | None = None
+    agent: SafeId | None = _AGENT
+    team: SafeId | None = _TEAM
 
 
 class TurnEvent(_Strict):
@@ -66,8 +87,12 @@ class TurnEvent(_Strict):
     content: str
     ts: AwareDatetime
     name: str | None = None
+    agent: WireId | None = _UNSET_IS_ABSENT
+    team: WireId | None = _UNSET_IS_ABSENT
+    visibility: ScopeKind | None = _UNSET_IS_ABSENT
 
     _ts_utc = field_validator("ts")(_utc)
+    _owned = model_validator(mode="after")(visibility_has_its_owner)
 
     @property
     def key(self) -> str:
@@ -87,6 +112,8 @@ class ToolResultEvent(_Strict):
     arguments: str
     content: str
     ts: AwareDatetime
+    agent: WireId | None = _UNSET_IS_ABSENT
+    team: WireId | None = _UNSET_IS_ABSENT
 
     _ts_utc = field_validator("ts")(_utc)
 

@@ -19,6 +19,7 @@ from mnemoflow.events import TurnEvent
 from mnemoflow.ids import SafeId
 from mnemoflow.lru import LRU
 from mnemoflow.ports import FileStore
+from mnemoflow.scopes import ScopeKind, own_scope, requested_scope
 from mnemoflow.storage import Layout
 
 
@@ -33,6 +34,18 @@ class L0Message(BaseModel):
     content: str
     ts: AwareDatetime
     name: str | None = None
+    agent: SafeId | None = None
+    team: SafeId | None = None
+    visibility: ScopeKind | None = None
+    """The three only when the client sent them: a line of a client that names no agent is as it always was."""
+
+    @property
+    def scope(self) -> str:
+        """Who may read this message: what it asked for, else its agent's (the raw conversation belongs to the
+        agent that had it), else its team's, else shared (the default agent, and every line from before scopes)."""
+        if self.visibility is not None:
+            return requested_scope(self.visibility, self.agent, self.team)
+        return own_scope(self.agent, self.team)
 
 
 class _Line(TypedDict):
@@ -47,6 +60,9 @@ class _Line(TypedDict):
     content: str
     ts: datetime
     name: NotRequired[str]
+    agent: NotRequired[str]
+    team: NotRequired[str]
+    visibility: NotRequired[str]
 
 
 _TO_JSON = TypeAdapter(_Line).serializer.to_json
@@ -64,6 +80,12 @@ def l0_line(event: TurnEvent) -> str:
     }
     if event.name is not None:
         line["name"] = event.name
+    if event.agent is not None:
+        line["agent"] = event.agent
+    if event.team is not None:
+        line["team"] = event.team
+    if event.visibility is not None:
+        line["visibility"] = event.visibility
     return _TO_JSON(line).decode()
 
 

@@ -77,3 +77,35 @@ def test_tool_result_object_arguments_become_canonical_json() -> None:
 def test_malformed_turns_are_refused(body: dict) -> None:
     with pytest.raises(ValidationError):
         TurnIn.model_validate(body)
+
+
+def test_agent_and_team_ride_on_the_events_and_default_to_none() -> None:
+    now = datetime(2026, 1, 2, tzinfo=UTC)
+    plain = TurnEvent.from_input("t", TurnIn(message_id="m", user="u", session="s", role="user", content="x"), now)
+    assert (plain.agent, plain.team, plain.visibility) == (None, None, None)
+    body = TurnIn(
+        message_id="m", user="u", session="s", role="user", content="x", agent="coder", team="eng", visibility="team"
+    )
+    event = TurnEvent.from_input("t", body, now)
+    assert (event.agent, event.team, event.visibility, event.key) == ("coder", "eng", "team", "t/u")
+    assert TurnEvent.model_validate_json(event.model_dump_json()) == event
+    tool = ToolResultIn(tool_call_id="c", session="s", tool_name="ls", content="", agent="coder", team="eng")
+    assert ToolResultEvent.from_input("t", tool, now).agent == "coder"
+
+
+@pytest.mark.parametrize(
+    ("who", "reason"),
+    [
+        ({"visibility": "team", "agent": "coder"}, "visibility 'team' needs a team"),
+        ({"visibility": "agent", "team": "eng"}, "visibility 'agent' needs an agent"),
+        ({"visibility": "everyone"}, "visibility"),
+        ({"agent": "../x"}, "invalid id"),
+    ],
+)
+def test_a_visibility_without_its_owner_is_refused_with_the_reason(who: dict, reason: str) -> None:
+    body = {"message_id": "m", "user": "u", "session": "s", "role": "user", "content": "x", **who}
+    with pytest.raises(ValidationError, match=reason):
+        TurnIn.model_validate(body)
+    event = {**body, "tenant": "t", "ts": "2026-01-01T00:00:00Z"}
+    with pytest.raises(ValidationError):  # a forged event on the topic is refused too (dead letter)
+        TurnEvent.model_validate(event)

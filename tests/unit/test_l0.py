@@ -109,18 +109,51 @@ def test_any_redelivery_pattern_yields_each_id_once_in_first_seen_order(ids: lis
         assert [m.id for m in read_l0(files, "t", "u1", limit=10_000)] == expected
 
 
+_ids = st.none() | st.sampled_from(["coder", "support.eu", "a:b@c"])
+
+
 @given(
     st.text(max_size=40),
     st.sampled_from(["user", "assistant"]),
     st.none() | st.text(min_size=1, max_size=20),
     st.datetimes(timezones=st.timezones()),
+    _ids,
+    _ids,
+    st.none() | st.sampled_from(["shared", "team", "agent"]),
 )
 @settings(max_examples=200)
 def test_the_writers_line_is_the_models_json_byte_for_byte(
-    content: str, role: str, name: str | None, ts: datetime
+    content: str,
+    role: str,
+    name: str | None,
+    ts: datetime,
+    agent: str | None,
+    team: str | None,
+    visibility: str | None,
 ) -> None:
-    event = TurnEvent(tenant="t", message_id="m1", user="u", session="s", role=role, content=content, ts=ts, name=name)
+    if (visibility == "agent" and agent is None) or (visibility == "team" and team is None):
+        visibility = None  # refused at the API (tests/unit/test_ids_and_events.py)
+    who = {"agent": agent, "team": team, "visibility": visibility}
+    event = TurnEvent(
+        tenant="t", message_id="m1", user="u", session="s", role=role, content=content, ts=ts, name=name, **who
+    )
     line = l0_line(event)
-    message = L0Message(id="m1", session="s", role=role, content=content, ts=event.ts, name=name)
+    message = L0Message(id="m1", session="s", role=role, content=content, ts=event.ts, name=name, **who)
     assert line == message.model_dump_json(exclude_none=True)
     assert L0Message.model_validate_json(line) == message
+
+
+def test_a_turn_without_an_agent_writes_the_line_it_always_did() -> None:
+    """The exact bytes of a line from before scopes: clients that name no agent change nothing on disk."""
+    assert l0_line(turn(1)) == '{"id":"m1","session":"s","role":"user","content":"msg 1","ts":"2026-03-01T23:59:58Z"}'
+
+
+def test_a_message_belongs_to_what_it_asked_for_else_to_its_agent_else_its_team_else_everyone() -> None:
+    def scope(**who: str) -> str:
+        return L0Message(id="m", session="s", role="user", content="x", ts=T0, **who).scope
+
+    assert scope() == "shared"  # the default agent, and every line written before scopes
+    assert scope(team="eng") == "team:eng"
+    assert scope(agent="coder", team="eng") == "agent:coder"
+    assert scope(agent="coder", team="eng", visibility="team") == "team:eng"
+    assert scope(agent="coder", visibility="shared") == "shared"
