@@ -7,11 +7,13 @@ not three copies that drift.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Hashable, Sequence
 from typing import Any
 
 from mnemoflow.errors import InvalidInput
 from mnemoflow.ports.vectors import ATOM_TYPES, RRF_K, AtomRow, AtomType, EmbeddingModelMismatch, Hit
+from mnemoflow.scopes import SCOPE_PATTERN
 
 MAX_K = 1000
 
@@ -19,6 +21,11 @@ MAX_K = 1000
 def user_key(tenant: str, user: str) -> str:
     """One alphanumeric token naming (tenant, user): safe as an FTS5 term and as a vec0 partition key."""
     return "u" + hashlib.sha256(f"{tenant}\x1f{user}".encode()).hexdigest()[:32]
+
+
+def scope_key(scope: str) -> str:
+    """One alphanumeric token naming a scope: an FTS5 term (the scope itself has ':' and '.', which FTS splits)."""
+    return "s" + hashlib.sha256(scope.encode()).hexdigest()[:32]
 
 
 def check_scope(tenant: str, user: str | None) -> None:
@@ -42,6 +49,21 @@ def check_types(types: Sequence[AtomType] | None) -> tuple[AtomType, ...] | None
     bad = [t for t in out if t not in ATOM_TYPES]
     if bad or not out:
         raise InvalidInput(f"types must be a non-empty subset of {ATOM_TYPES}, got {list(types)!r}")
+    return out
+
+
+_SCOPE_RE = re.compile(SCOPE_PATTERN)
+
+
+def check_visible(visible: Sequence[str] | None) -> tuple[str, ...] | None:
+    """None means every scope of the user; an empty list is refused (it would silently match nothing), and so is a
+    malformed scope (it could only come from a bug upstream, and must never reach a filter expression)."""
+    if visible is None:
+        return None
+    out = tuple(dict.fromkeys(visible))
+    bad = [s for s in out if not isinstance(s, str) or not _SCOPE_RE.match(s)]
+    if bad or not out:
+        raise InvalidInput(f"visible must be a non-empty list of scopes (shared, team:<id>, agent:<id>): {visible!r}")
     return out
 
 
@@ -128,11 +150,13 @@ class StoreIdentity:
         query_vector: Sequence[float],
         k: int,
         types: Sequence[AtomType] | None = None,
+        visible: Sequence[str] | None = None,
     ) -> list[Hit]:
         """Hybrid search fused in Python: dense and BM25 lists of ``candidate_depth`` each, then RRF. Adapters
         that fuse inside their engine override it."""
         check_k(k)
         depth = candidate_depth(k, self._candidates)
         # The adapter class that mixes this in defines both searches (a stub here would shadow them in the MRO).
-        dense = self.dense_search(tenant, user, query_vector, depth, types)  # type: ignore[attr-defined]
-        return rrf_fuse(dense, self.bm25_search(tenant, user, query_text, depth, types), k)  # type: ignore[attr-defined]
+        dense = self.dense_search(tenant, user, query_vector, depth, types, visible)  # type: ignore[attr-defined]
+        lexical = self.bm25_search(tenant, user, query_text, depth, types, visible)  # type: ignore[attr-defined]
+        return rrf_fuse(dense, lexical, k)

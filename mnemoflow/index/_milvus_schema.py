@@ -5,7 +5,9 @@ per user, a 384-d (configurable) dense vector with a FLAT index, and a sparse ve
 with its BM25 full-text function from ``terms``: the text's lexical terms (:func:`mnemoflow.lexical.analysed`,
 Chinese segmented) split on whitespace, so Milvus ranks the same terms the SQLite index and the in-memory
 reference do. (Milvus' own ``chinese`` analyzer would segment differently from the query side of the others.)
-A collection made before ``terms`` or ``context`` existed is rebuilt from its rows on open (:func:`field_names`).
+A collection made before ``terms``, ``context`` or ``scope`` existed is rebuilt from its rows on open
+(:func:`field_names`): Milvus 2.5 and Lite cannot add a field to a collection. ``scope`` (docs/concepts/scopes.md) has
+an INVERTED index like tenant and user, and every search filters on it with ``scope in [...]``.
 Tenant and user are plain VARCHAR fields with INVERTED indexes:
 ``is_partition_key`` is broken in Milvus Lite 2.5.1 (every filter fails), and HNSW/IVF_FLAT were rejected or
 returned wrong neighbours there, so FLAT it is. Lite cannot alter collection properties, so the embedding
@@ -36,6 +38,7 @@ SCALARS = [
     "created_us",
     "updated_us",
     "sources",
+    "scope",
 ]
 TERMS_ANALYZER = {"tokenizer": "whitespace"}
 
@@ -94,6 +97,7 @@ def create_atoms(client: Any, name: str, dim: int, timeout: float) -> None:
     s.add_field("created_us", DataType.INT64)
     s.add_field("updated_us", DataType.INT64)
     s.add_field("sources", DataType.VARCHAR, max_length=65535)
+    s.add_field("scope", DataType.VARCHAR, max_length=512)
     s.add_field("dense", DataType.FLOAT_VECTOR, dim=dim)
     s.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
     s.add_function(
@@ -109,11 +113,13 @@ def create_atoms(client: Any, name: str, dim: int, timeout: float) -> None:
     ip.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
     ip.add_index("tenant", index_type="INVERTED")
     ip.add_index("user", index_type="INVERTED")
+    ip.add_index("scope", index_type="INVERTED")
     client.create_collection(name, schema=s, index_params=ip, consistency_level="Strong", timeout=timeout)
 
 
 def field_names(client: Any, name: str, timeout: float) -> set[str]:
-    """The collection's fields: one of an older layout lacks ``terms`` (BM25 read the raw text) or ``context``."""
+    """The collection's fields: one of an older layout lacks ``terms`` (BM25 read the raw text), ``context`` or
+    ``scope``."""
     return {f["name"] for f in client.describe_collection(name, timeout=timeout)["fields"]}
 
 

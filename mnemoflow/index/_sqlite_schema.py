@@ -2,11 +2,13 @@
 
 * ``atoms``      the rows (scalar fields, the vector as a float32 blob), unique on (tenant, user, atom_id).
 * ``atoms_fts``  FTS5 over the text's lexical terms (:func:`mnemoflow.lexical.analysed`: Chinese and Japanese
-                 segmented, words space-separated), with the user key and the type as columns so that the user and
-                 the type filter sit inside the MATCH and BM25 never ranks another user's rows.
+                 segmented, words space-separated), with the user key, the type and the scope key as columns so that
+                 the user, type and visibility filters sit inside the MATCH and BM25 never ranks a row the caller
+                 may not see.
 * ``atoms_vec``  sqlite-vec ``vec0`` with the user key as its partition key: a KNN query reads only that
-                 user's chunks. ``chunk_size`` is small because every partition allocates whole chunks; with the
-                 default (1024) and ~100 atoms per user the file is mostly empty float slots.
+                 user's chunks; type and scope are metadata columns filtered inside the KNN. ``chunk_size`` is small
+                 because every partition allocates whole chunks; with the default (1024) and ~100 atoms per user the
+                 file is mostly empty float slots.
 * ``meta``       embedding model and dimension, so that opening with another model is detected.
 
 Why apsw: the stdlib ``sqlite3`` of this Python cannot load extensions. WAL lets several processes share it.
@@ -19,14 +21,16 @@ from contextlib import contextmanager
 from typing import Any
 
 from mnemoflow.errors import StorageError
-from mnemoflow.index._common import user_key
+from mnemoflow.index._common import scope_key, user_key
 from mnemoflow.lexical import analysed
 from mnemoflow.ports.vectors import search_text
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 """2: the FTS body holds lexical terms (segmented CJK) instead of the raw text. 3: atoms have a ``context`` (searched,
-not shown: :func:`~mnemoflow.ports.vectors.search_text`), and the FTS body is the terms of text and context. An
-index of an older version gains the column (empty) and has its FTS table rebuilt from ``atoms`` when opened."""
+not shown: :func:`~mnemoflow.ports.vectors.search_text`), and the FTS body is the terms of text and context. 4: atoms
+have a ``scope`` (docs/concepts/scopes.md), a column of the FTS and vec tables too. An index of an older version gains
+the missing columns (context empty, scope shared: what every atom was) and has its FTS and vec tables rebuilt from
+``atoms`` when opened, in one transaction; the vectors are in ``atoms.vec``, so nothing is embedded again."""
 _INSTALL_HINT = "the SQLite vector store needs apsw and sqlite-vec: pip install mnemoflow[sqlite]"
 
 _DDL = """
@@ -36,17 +40,22 @@ create table if not exists atoms(
     tenant text not null, user text not null, atom_id text not null,
     type text not null, priority integer not null, text text not null, context text not null default '',
     created text not null, updated text not null, source_ids text not null,
-    vec blob not null,
+    vec blob not null, scope text not null default 'shared',
     unique(tenant, user, atom_id)
 );
-create virtual table if not exists atoms_fts using fts5(ukey, atype, body, tokenize='unicode61 remove_diacritics 2');
 """
+_FTS_DDL = (
+    "create virtual table if not exists atoms_fts using fts5("
+    "ukey, atype, skey, body, tokenize='unicode61 remove_diacritics 2')"
+)
+BM25 = "bm25(atoms_fts, 0.0, 0.0, 0.0, 1.0)"
+"""BM25 over the body alone: the key columns are filters, not text."""
 
 
 def vec_ddl(dim: int, chunk_size: int) -> str:
     return (
         "create virtual table if not exists atoms_vec using vec0("
-        "rid integer primary key, ukey text partition key, atype text, "
+        "rid integer primary key, ukey text partition key, atype text, scope text, "
         f"embedding float[{int(dim)}] distance_metric=cosine, chunk_size={int(chunk_size)})"
     )
 
@@ -85,30 +94,59 @@ def connect(path: str, busy_timeout_ms: int) -> Any:
 
 
 def ensure_schema(conn: Any, dim: int, embedding_model: str, chunk_size: int) -> tuple[str, int]:
-    """Create missing tables; record model and dim on first open. Returns what the index holds."""
+    """Create missing tables; record model and dim on first open; migrate an older layout. Returns what the index
+    holds."""
     with translate(), conn:
         conn.execute(_DDL)
+        conn.execute(_FTS_DDL)
         conn.execute(vec_ddl(dim, chunk_size))
         for key, value in (("schema_version", SCHEMA_VERSION), ("embedding_model", embedding_model), ("dim", dim)):
             conn.execute("insert or ignore into meta(key, value) values (?, ?)", (key, str(value)))
         meta = dict(conn.execute("select key, value from meta"))
         if meta["schema_version"] != SCHEMA_VERSION:
-            if "context" not in {col[1] for col in conn.execute("pragma table_info(atoms)")}:
-                conn.execute("alter table atoms add column context text not null default ''")
-            _rebuild_fts(conn)
-            conn.execute("update meta set value = ? where key = 'schema_version'", (SCHEMA_VERSION,))
+            _migrate(conn, int(meta["dim"]), chunk_size)
     return meta["embedding_model"], int(meta["dim"])
 
 
-def _rebuild_fts(conn: Any) -> None:
-    """Re-analyse every atom's text and context into the FTS table (one transaction, with the caller's)."""
-    conn.execute("delete from atoms_fts")
-    rows = list(conn.execute("select rid, tenant, user, type, text, context from atoms"))
-    for rid, tenant, user, type_, text, context in rows:
-        conn.execute(
-            "insert into atoms_fts(rowid, ukey, atype, body) values (?, ?, ?, ?)",
-            (rid, user_key(tenant, user), type_, analysed(search_text(text, context))),
-        )
+def _migrate(conn: Any, dim: int, chunk_size: int) -> None:
+    """Bring an index of an older schema version to this one (in the caller's transaction): add the columns it
+    lacks, then rebuild both derived tables from ``atoms``, whose layouts changed with the version."""
+    columns = {col[1] for col in conn.execute("pragma table_info(atoms)")}
+    if "context" not in columns:
+        conn.execute("alter table atoms add column context text not null default ''")
+    if "scope" not in columns:
+        conn.execute("alter table atoms add column scope text not null default 'shared'")
+    conn.execute("drop table if exists atoms_fts")
+    conn.execute(_FTS_DDL)
+    conn.execute("drop table if exists atoms_vec")
+    conn.execute(vec_ddl(dim, chunk_size))
+    rows = conn.execute("select rid, tenant, user, type, scope, text, context, vec from atoms")
+    for rid, tenant, user, type_, scope, text, context, vec in list(rows):
+        insert_derived(conn, rid, (tenant, user, type_, scope), search_text(text, context), vec)
+    conn.execute("update meta set value = ? where key = 'schema_version'", (SCHEMA_VERSION,))
+
+
+Keys = tuple[str, str, str, str]
+"""What the derived tables filter an atom by: tenant, user, type, scope."""
+
+
+def insert_vec(conn: Any, rid: int, keys: Keys, vec: bytes) -> None:
+    """The vec0 row of an atom; ``vec`` is the float32 blob."""
+    tenant, user, type_, scope = keys
+    conn.execute(
+        "insert into atoms_vec(rid, ukey, atype, scope, embedding) values (?, ?, ?, ?, ?)",
+        (rid, user_key(tenant, user), type_, scope, vec),
+    )
+
+
+def insert_derived(conn: Any, rid: int, keys: Keys, searched: str, vec: bytes) -> None:
+    """The FTS and vec0 rows of an atom; ``searched``: its text with its context."""
+    tenant, user, type_, scope = keys
+    conn.execute(
+        "insert into atoms_fts(rowid, ukey, atype, skey, body) values (?, ?, ?, ?, ?)",
+        (rid, user_key(tenant, user), type_, scope_key(scope), analysed(searched)),
+    )
+    insert_vec(conn, rid, keys, vec)
 
 
 def record_model(conn: Any, embedding_model: str, dim: int) -> None:

@@ -20,6 +20,7 @@ from mnemoflow.index._common import (
     check_scope,
     check_types,
     check_vector,
+    check_visible,
     with_vector,
 )
 from mnemoflow.lexical import bm25_scores
@@ -91,33 +92,48 @@ class InMemoryVectorStore(StoreIdentity):
         scope = self._scope(tenant, user)
         return [scope[i] for i in ids if i in scope]
 
-    def _candidates_of(self, tenant: str, user: str, types: Sequence[AtomType] | None) -> list[AtomRow]:
-        wanted = check_types(types)
+    def _candidates_of(
+        self, tenant: str, user: str, types: Sequence[AtomType] | None, visible: Sequence[str] | None
+    ) -> list[AtomRow]:
+        wanted, seen = check_types(types), check_visible(visible)
         rows = self._scope(tenant, user).values()
-        return [r for r in rows if wanted is None or r.type in wanted]
+        return [r for r in rows if (wanted is None or r.type in wanted) and (seen is None or r.scope in seen)]
 
     def dense_search(
-        self, tenant: str, user: str, query_vector: Sequence[float], k: int, types: Sequence[AtomType] | None = None
+        self,
+        tenant: str,
+        user: str,
+        query_vector: Sequence[float],
+        k: int,
+        types: Sequence[AtomType] | None = None,
+        visible: Sequence[str] | None = None,
     ) -> list[Hit]:
         self._fresh()
         check_k(k)
         q = check_vector(query_vector, self._dim)
-        scored = [(_cosine(q, r.vector), r) for r in self._candidates_of(tenant, user, types)]
+        scored = [(_cosine(q, r.vector), r) for r in self._candidates_of(tenant, user, types, visible)]
         scored.sort(key=lambda sr: (-sr[0], sr[1].id))
         return [Hit(id=r.id, score=s, dense_rank=i, row=r) for i, (s, r) in enumerate(scored[:k], start=1)]
 
     def bm25_search(
-        self, tenant: str, user: str, query_text: str, k: int, types: Sequence[AtomType] | None = None
+        self,
+        tenant: str,
+        user: str,
+        query_text: str,
+        k: int,
+        types: Sequence[AtomType] | None = None,
+        visible: Sequence[str] | None = None,
     ) -> list[Hit]:
         self._live()
         check_k(k)
-        wanted = check_types(types)
-        # Collection statistics are per user: that is the population a query ranks within.
+        wanted, seen = check_types(types), check_visible(visible)
+        # Collection statistics are per user, over every scope: the population a query ranks within, as in SQLite's
+        # FTS5 and Milvus, whose statistics the filter does not change either.
         rows = list(self._scope(tenant, user).values())
         scored = [
             (s, r)
             for s, r in zip(bm25_scores(query_text, [r.search_text for r in rows]), rows, strict=True)
-            if s > 0 and (wanted is None or r.type in wanted)
+            if s > 0 and (wanted is None or r.type in wanted) and (seen is None or r.scope in seen)
         ]
         scored.sort(key=lambda sr: (-sr[0], sr[1].id))
         return [Hit(id=r.id, score=s, bm25_rank=i, row=r) for i, (s, r) in enumerate(scored[:k], start=1)]

@@ -22,11 +22,13 @@ from mnemoflow.index._common import (
     check_scope,
     check_types,
     check_vector,
+    check_visible,
     with_vector,
 )
 from mnemoflow.index._milvus_schema import lit, primary_key, scope_filter, translate
 from mnemoflow.lexical import analysed, terms
 from mnemoflow.ports.vectors import RRF_K, AtomRow, AtomType, EmbedFn, Hit
+from mnemoflow.scopes import SHARED
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _FIELDS = [*schema.SCALARS, "dense"]
@@ -50,6 +52,7 @@ def _row(e: dict[str, Any]) -> AtomRow:
         source_message_ids=json.loads(e["sources"]),
         created=_EPOCH + timedelta(microseconds=e["created_us"]),
         updated=_EPOCH + timedelta(microseconds=e["updated_us"]),
+        scope=e.get("scope", SHARED),
     )
 
 
@@ -67,6 +70,7 @@ def _entity(row: AtomRow) -> dict[str, Any]:
         "created_us": _us(row.created),
         "updated_us": _us(row.updated),
         "sources": json.dumps(row.source_message_ids),
+        "scope": row.scope,
         "dense": row.vector,
     }
 
@@ -123,7 +127,7 @@ class MilvusVectorStore(StoreIdentity):
             )
             store._stored = schema.ensure_meta(client, collection, embedding_model, dim, timeout)
             present = schema.field_names(client, collection, timeout)
-            if not {"terms", "context"} <= present:
+            if not {"terms", "context", "scope"} <= present:
                 store._relayout(store._stored[1] or dim, [f for f in _FIELDS if f in present])
         return store
 
@@ -136,19 +140,23 @@ class MilvusVectorStore(StoreIdentity):
         return rows
 
     def _relayout(self, dim: int, fields: list[str]) -> None:
-        """Recreate a collection of an older layout (BM25 over raw ``text``, or no ``context``) in the current one,
-        rows unchanged (an atom without context gets an empty one). ``fields``: those the old collection has."""
+        """Recreate a collection of an older layout (BM25 over raw ``text``, or no ``context`` or ``scope``) in the
+        current one, rows unchanged (an atom without context gets an empty one, without scope the shared scope it
+        had in effect). ``fields``: those the old collection has."""
         rows = self._read_all(fields)
         self._client.drop_collection(self._name, timeout=self._timeout)
         schema.create_atoms(self._client, self._name, dim, self._timeout)
         for start in range(0, len(rows), 1000):
             self._client.upsert(self._name, [_entity(r) for r in rows[start : start + 1000]], timeout=self._timeout)
 
-    def _filter(self, tenant: str, user: str, types: Sequence[str] | None) -> str:
+    def _filter(self, tenant: str, user: str, types: Sequence[str] | None, visible: Sequence[str] | None = None) -> str:
         check_scope(tenant, user)
         expr = scope_filter(tenant, user)
+        seen = check_visible(visible)
         if types is not None:
             expr += f" and type in [{', '.join(lit(t) for t in types)}]"
+        if seen is not None:
+            expr += f" and scope in [{', '.join(lit(v) for v in seen)}]"
         return expr
 
     def upsert(self, rows: Sequence[AtomRow]) -> None:
@@ -194,19 +202,31 @@ class MilvusVectorStore(StoreIdentity):
         return [(float(h["distance"]), _row(h["entity"])) for h in res[0]]
 
     def dense_search(
-        self, tenant: str, user: str, query_vector: Sequence[float], k: int, types: Sequence[AtomType] | None = None
+        self,
+        tenant: str,
+        user: str,
+        query_vector: Sequence[float],
+        k: int,
+        types: Sequence[AtomType] | None = None,
+        visible: Sequence[str] | None = None,
     ) -> list[Hit]:
         self._fresh()
         check_k(k)
-        expr, vec = self._filter(tenant, user, check_types(types)), check_vector(query_vector, self._dim)
+        expr, vec = self._filter(tenant, user, check_types(types), visible), check_vector(query_vector, self._dim)
         found = self._search(vec, "dense", "COSINE", expr, k)
         return [Hit(id=r.id, score=s, dense_rank=i, row=r) for i, (s, r) in enumerate(found, start=1)]
 
     def bm25_search(
-        self, tenant: str, user: str, query_text: str, k: int, types: Sequence[AtomType] | None = None
+        self,
+        tenant: str,
+        user: str,
+        query_text: str,
+        k: int,
+        types: Sequence[AtomType] | None = None,
+        visible: Sequence[str] | None = None,
     ) -> list[Hit]:
         check_k(k)
-        expr = self._filter(tenant, user, check_types(types))
+        expr = self._filter(tenant, user, check_types(types), visible)
         if not terms(query_text):
             return []
         try:
@@ -231,14 +251,16 @@ class MilvusVectorStore(StoreIdentity):
         query_vector: Sequence[float],
         k: int,
         types: Sequence[AtomType] | None = None,
+        visible: Sequence[str] | None = None,
     ) -> list[Hit]:
         if self._fusion == "client" or not terms(query_text):
-            return super().search(tenant, user, query_text, query_vector, k, types)
+            return super().search(tenant, user, query_text, query_vector, k, types, visible)
         check_k(k)
         depth = candidate_depth(k, self._candidates)
         self._fresh()
         pymilvus = schema.vendor()
-        expr, vec = self._filter(tenant, user, check_types(types)), check_vector(query_vector, self._dim)
+        expr = self._filter(tenant, user, check_types(types), visible)
+        vec = check_vector(query_vector, self._dim)
         reqs = [
             pymilvus.AnnSearchRequest([vec], "dense", {"metric_type": "COSINE"}, limit=depth, expr=expr),
             pymilvus.AnnSearchRequest(

@@ -23,21 +23,25 @@ from mnemoflow.index._common import (
     check_scope,
     check_types,
     check_vector,
+    check_visible,
     rrf_ranks,
+    scope_key,
     user_key,
 )
-from mnemoflow.lexical import analysed, fts5_any
+from mnemoflow.lexical import fts5_any
 from mnemoflow.ports.vectors import AtomRow, AtomType, EmbedFn, Hit, search_text
 
-_COLUMNS = "rid, atom_id, tenant, user, type, priority, text, context, created, updated, source_ids, vec"
+_COLUMNS = "rid, atom_id, tenant, user, type, priority, text, context, created, updated, source_ids, vec, scope"
 _UPSERT = """
-insert into atoms(tenant, user, atom_id, type, priority, text, context, created, updated, source_ids, vec)
-values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+insert into atoms(tenant, user, atom_id, type, priority, text, context, created, updated, source_ids, vec, scope)
+values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 on conflict(tenant, user, atom_id) do update set
     type = excluded.type, priority = excluded.priority, text = excluded.text, context = excluded.context,
-    created = excluded.created, updated = excluded.updated, source_ids = excluded.source_ids, vec = excluded.vec
+    created = excluded.created, updated = excluded.updated, source_ids = excluded.source_ids, vec = excluded.vec,
+    scope = excluded.scope
 returning rid
 """
+Visible = tuple[str, ...] | None
 
 
 def _blob(vector: Sequence[float]) -> bytes:
@@ -45,7 +49,7 @@ def _blob(vector: Sequence[float]) -> bytes:
 
 
 def _row(rec: Sequence[Any]) -> AtomRow:
-    _, atom_id, tenant, user, type_, priority, text, context, created, updated, sources, vec = rec
+    _, atom_id, tenant, user, type_, priority, text, context, created, updated, sources, vec, scope = rec
     vector = array("f")
     vector.frombytes(vec)
     # Trusted: written by upsert after validation, so skip re-validating 384 floats per hit.
@@ -61,6 +65,7 @@ def _row(rec: Sequence[Any]) -> AtomRow:
         created=datetime.fromisoformat(created),
         updated=datetime.fromisoformat(updated),
         source_message_ids=json.loads(sources),
+        scope=scope,
     )
 
 
@@ -97,17 +102,6 @@ class SqliteVectorStore(StoreIdentity):
         store._stored = schema.ensure_schema(conn, dim, embedding_model, chunk_size)
         return store
 
-    def _insert_derived(self, rid: int, row: AtomRow, vector: Sequence[float]) -> None:
-        key = user_key(row.tenant, row.user)
-        self._conn.execute(
-            "insert into atoms_fts(rowid, ukey, atype, body) values (?, ?, ?, ?)",
-            (rid, key, row.type, analysed(row.search_text)),
-        )
-        self._conn.execute(
-            "insert into atoms_vec(rid, ukey, atype, embedding) values (?, ?, ?, ?)",
-            (rid, key, row.type, _blob(vector)),
-        )
-
     def _delete_derived(self, rids: Sequence[int]) -> None:
         for rid in rids:
             self._conn.execute("delete from atoms_fts where rowid = ?", (rid,))
@@ -129,11 +123,13 @@ class SqliteVectorStore(StoreIdentity):
                     row.created.isoformat(),
                     row.updated.isoformat(),
                     json.dumps(row.source_message_ids),
-                    _blob(row.vector),
+                    blob := _blob(row.vector),
+                    row.scope,
                 )
                 (rid,) = self._conn.execute(_UPSERT, params).fetchone()
                 self._delete_derived([rid])
-                self._insert_derived(rid, row, row.vector)
+                keys = (row.tenant, row.user, row.type, row.scope)
+                schema.insert_derived(self._conn, rid, keys, row.search_text, blob)
 
     def _rids(self, tenant: str, user: str, ids: Sequence[str]) -> list[int]:
         ids = list(dict.fromkeys(ids))
@@ -157,36 +153,49 @@ class SqliteVectorStore(StoreIdentity):
             found = {rec[1]: _row(rec) for rec in self._conn.execute(sql, (tenant, user, *set(ids)))}
         return [found[i] for i in ids if i in found]
 
-    def _rows_by_rid(self, tenant: str, user: str, rids: Sequence[int]) -> dict[int, AtomRow]:
-        """Fetch rows, re-checking tenant and user: the user key is a hash, the scope check is exact."""
+    def _rows_by_rid(self, tenant: str, user: str, rids: Sequence[int], visible: Visible) -> dict[int, AtomRow]:
+        """Fetch rows, re-checking tenant, user and scope: the keys in the derived tables are hashes, this check is
+        exact."""
+        if not rids:
+            return {}
         sql = f"select {_COLUMNS} from atoms where tenant = ? and user = ? and rid in ({_marks(len(rids))})"
-        return {rec[0]: _row(rec) for rec in self._conn.execute(sql, (tenant, user, *rids))} if rids else {}
+        params: list[Any] = [tenant, user, *rids]
+        if visible is not None:
+            sql += f" and scope in ({_marks(len(visible))})"
+            params += visible
+        return {rec[0]: _row(rec) for rec in self._conn.execute(sql, params)}
 
     def _dense(
-        self, tenant: str, user: str, vector: Sequence[float], k: int, types: Sequence[str] | None
+        self, tenant: str, user: str, vector: Sequence[float], k: int, types: Sequence[str] | None, visible: Visible
     ) -> list[tuple[int, float]]:
         sql = "select rid, distance from atoms_vec where embedding match ? and k = ? and ukey = ?"
         params: list[Any] = [_blob(check_vector(vector, self._dim)), k, user_key(tenant, user)]
         if types is not None:
             sql += f" and atype in ({_marks(len(types))})"
             params += types
+        if visible is not None:
+            sql += f" and scope in ({_marks(len(visible))})"
+            params += visible
         return [(rid, 1.0 - dist) for rid, dist in self._conn.execute(sql + " order by distance", params)]
 
-    def _bm25(self, tenant: str, user: str, text: str, k: int, types: Sequence[str] | None) -> list[tuple[int, float]]:
+    def _bm25(
+        self, tenant: str, user: str, text: str, k: int, types: Sequence[str] | None, visible: Visible
+    ) -> list[tuple[int, float]]:
         body = fts5_any(text)
         if not body:
             return []
         match = f"ukey:{user_key(tenant, user)} AND body:({body})"
         if types is not None:
             match += f" AND atype:({' OR '.join(types)})"
-        sql = (
-            "select rowid, -bm25(atoms_fts, 0.0, 0.0, 1.0) as s from atoms_fts where atoms_fts match ? "
-            "order by bm25(atoms_fts, 0.0, 0.0, 1.0) limit ?"
-        )
+        if visible is not None:
+            match += f" AND skey:({' OR '.join(scope_key(s) for s in visible)})"
+        sql = f"select rowid, -{schema.BM25} as s from atoms_fts where atoms_fts match ? order by {schema.BM25} limit ?"
         return list(self._conn.execute(sql, (match, k)))
 
-    def _hits(self, tenant: str, user: str, ranked: list[tuple[int, float]], dense: bool) -> list[Hit]:
-        rows = self._rows_by_rid(tenant, user, [rid for rid, _ in ranked])
+    def _hits(
+        self, tenant: str, user: str, ranked: list[tuple[int, float]], dense: bool, visible: Visible
+    ) -> list[Hit]:
+        rows = self._rows_by_rid(tenant, user, [rid for rid, _ in ranked], visible)
         hits: list[Hit] = []
         for rid, score in ranked:
             if rid in rows:
@@ -203,21 +212,38 @@ class SqliteVectorStore(StoreIdentity):
         return hits
 
     def dense_search(
-        self, tenant: str, user: str, query_vector: Sequence[float], k: int, types: Sequence[AtomType] | None = None
+        self,
+        tenant: str,
+        user: str,
+        query_vector: Sequence[float],
+        k: int,
+        types: Sequence[AtomType] | None = None,
+        visible: Sequence[str] | None = None,
     ) -> list[Hit]:
         self._fresh()
         check_scope(tenant, user)
         check_k(k)
+        seen = check_visible(visible)
         with schema.translate():
-            return self._hits(tenant, user, self._dense(tenant, user, query_vector, k, check_types(types)), True)
+            ranked = self._dense(tenant, user, query_vector, k, check_types(types), seen)
+            return self._hits(tenant, user, ranked, True, seen)
 
     def bm25_search(
-        self, tenant: str, user: str, query_text: str, k: int, types: Sequence[AtomType] | None = None
+        self,
+        tenant: str,
+        user: str,
+        query_text: str,
+        k: int,
+        types: Sequence[AtomType] | None = None,
+        visible: Sequence[str] | None = None,
     ) -> list[Hit]:
         check_scope(tenant, user)
         check_k(k)
+        seen = check_visible(visible)
         with schema.translate():
-            return self._hits(tenant, user, self._bm25(tenant, user, query_text, k, check_types(types)), False)
+            return self._hits(
+                tenant, user, self._bm25(tenant, user, query_text, k, check_types(types), seen), False, seen
+            )
 
     def search(
         self,
@@ -227,15 +253,17 @@ class SqliteVectorStore(StoreIdentity):
         query_vector: Sequence[float],
         k: int,
         types: Sequence[AtomType] | None = None,
+        visible: Sequence[str] | None = None,
     ) -> list[Hit]:
         self._fresh()
         check_scope(tenant, user)
         check_k(k)
-        depth, wanted = candidate_depth(k, self._candidates), check_types(types)
+        depth, wanted, seen = candidate_depth(k, self._candidates), check_types(types), check_visible(visible)
         with schema.translate():
-            dense = [rid for rid, _ in self._dense(tenant, user, query_vector, depth, wanted)]
-            fused = rrf_ranks(dense, [rid for rid, _ in self._bm25(tenant, user, query_text, depth, wanted)], k)
-            rows = self._rows_by_rid(tenant, user, [rid for rid, *_ in fused])  # only the k winners
+            dense = [rid for rid, _ in self._dense(tenant, user, query_vector, depth, wanted, seen)]
+            lexical = [rid for rid, _ in self._bm25(tenant, user, query_text, depth, wanted, seen)]
+            fused = rrf_ranks(dense, lexical, k)
+            rows = self._rows_by_rid(tenant, user, [rid for rid, *_ in fused], seen)  # only the k winners
         return [
             Hit(id=rows[rid].id, score=s, dense_rank=d, bm25_rank=b, row=rows[rid])
             for rid, s, d, b in fused
@@ -267,18 +295,16 @@ class SqliteVectorStore(StoreIdentity):
             self._conn.execute(schema.vec_ddl(self._dim, self._chunk_size))
             while batch := list(
                 self._conn.execute(
-                    "select rid, tenant, user, type, text, context from atoms where rid > ? order by rid limit ?",
+                    "select rid, tenant, user, type, scope, text, context from atoms "
+                    "where rid > ? order by rid limit ?",
                     (last, batch_size),
                 )
             ):
-                vectors = embed_fn([search_text(rec[4], rec[5]) for rec in batch])
-                for (rid, tenant, user, type_, _, _), vec in zip(batch, vectors, strict=True):
+                vectors = embed_fn([search_text(rec[5], rec[6]) for rec in batch])
+                for (rid, tenant, user, type_, scope, _, _), vec in zip(batch, vectors, strict=True):
                     blob = _blob(check_vector(vec, self._dim))
                     self._conn.execute("update atoms set vec = ? where rid = ?", (blob, rid))
-                    self._conn.execute(
-                        "insert into atoms_vec(rid, ukey, atype, embedding) values (?, ?, ?, ?)",
-                        (rid, user_key(tenant, user), type_, blob),
-                    )
+                    schema.insert_vec(self._conn, rid, (tenant, user, type_, scope), blob)
                 done, last = done + len(batch), batch[-1][0]
             schema.record_model(self._conn, self._model, self._dim)
         self._stored = (self._model, self._dim)

@@ -11,6 +11,11 @@ Contract (every adapter):
 * **Scoped.** Every read and write names ``tenant`` and ``user``; an atom id is unique only inside that pair.
   There is no call that searches, reads or deletes across users: the scope is part of every query, not an
   optional filter.
+* **Visible.** Inside a user, each row has a :data:`~mnemoflow.scopes.Scope` (``shared``, ``team:<id>``,
+  ``agent:<id>``; docs/concepts/scopes.md). The searches take ``visible``, the scopes the caller may see
+  (:meth:`~mnemoflow.scopes.Viewer.scopes`), and apply it inside the engine's query, before ranking and the cut at
+  ``k``, as they apply the user: no hit of another scope is returned, and none takes a place in the top k. None is
+  every scope of the user (an admin, or a fleet with no named agent); an empty list is refused.
 * **Fixed dimension and embedding model.** A store is opened with ``dim`` and ``embedding_model``; both are
   stored in the index metadata. A row of the wrong dimension raises :class:`~mnemoflow.errors.InvalidInput`.
   Opening an index built with another model does not fail, but every search or upsert then raises
@@ -33,6 +38,7 @@ from typing import Annotated, Literal, Protocol, runtime_checkable
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from mnemoflow.errors import ConfigError
+from mnemoflow.scopes import SHARED, Scope
 
 AtomType = Literal["persona", "episodic", "instruction"]
 ATOM_TYPES: tuple[AtomType, ...] = ("persona", "episodic", "instruction")
@@ -92,6 +98,8 @@ class AtomRow(BaseModel):
     created: datetime
     updated: datetime
     source_message_ids: list[str] = Field(default_factory=list)
+    scope: Scope = SHARED
+    """Who may find it (docs/concepts/scopes.md); a row from before scopes is shared."""
 
     @property
     def search_text(self) -> str:
@@ -159,18 +167,32 @@ class VectorStore(Protocol):
         query_vector: Sequence[float],
         k: int,
         types: Sequence[AtomType] | None = None,
+        visible: Sequence[str] | None = None,
     ) -> list[Hit]:
-        """Hybrid search: dense and BM25 candidates of this user fused with RRF (k=60), best first, at most k."""
+        """Hybrid search: dense and BM25 candidates of this user in ``visible`` scopes fused with RRF, best first,
+        at most k."""
         ...
 
     def dense_search(
-        self, tenant: str, user: str, query_vector: Sequence[float], k: int, types: Sequence[AtomType] | None = None
+        self,
+        tenant: str,
+        user: str,
+        query_vector: Sequence[float],
+        k: int,
+        types: Sequence[AtomType] | None = None,
+        visible: Sequence[str] | None = None,
     ) -> list[Hit]:
         """Cosine nearest neighbours of this user only (for benchmarks and the dedup similarity gate)."""
         ...
 
     def bm25_search(
-        self, tenant: str, user: str, query_text: str, k: int, types: Sequence[AtomType] | None = None
+        self,
+        tenant: str,
+        user: str,
+        query_text: str,
+        k: int,
+        types: Sequence[AtomType] | None = None,
+        visible: Sequence[str] | None = None,
     ) -> list[Hit]:
         """BM25 over atom text of this user only; a query with no word characters returns []."""
         ...

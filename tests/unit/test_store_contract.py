@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from mnemoflow.errors import InvalidInput, MnemoflowError
 from mnemoflow.index import InMemoryIndex, InMemoryVectorStore
 from mnemoflow.ports.vectors import ATOM_TYPES, RRF_K, AtomRow, EmbeddingModelMismatch, VectorStore
+from mnemoflow.scopes import SHARED, Viewer, agent_scope, team_scope
 
 DIM = 16
 _has = {m: importlib.util.find_spec(m) is not None for m in ("apsw", "sqlite_vec", "pymilvus", "milvus_lite")}
@@ -88,7 +89,14 @@ T0 = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 
 
 def atom(
-    i: int, tenant: str = "t1", user: str = "u1", *, text: str | None = None, type_: str | None = None, dim: int = DIM
+    i: int,
+    tenant: str = "t1",
+    user: str = "u1",
+    *,
+    text: str | None = None,
+    type_: str | None = None,
+    dim: int = DIM,
+    scope: str = SHARED,
 ) -> AtomRow:
     return AtomRow(
         id=f"a{i}",
@@ -101,6 +109,7 @@ def atom(
         created=T0 + timedelta(seconds=i),
         updated=(T0 + timedelta(hours=i)).astimezone(timezone(timedelta(hours=2))),
         source_message_ids=[f"m{i}", f"m{i + 1}"],
+        scope=scope,
     )
 
 
@@ -340,3 +349,106 @@ def test_search_never_crosses_tenant_or_user(
         assert all(types is None or h.row.type in types for h in hits)
     if probe in population and types is None:
         assert store.search(tenant, user, "shared alpha", vec(seed), k)
+
+
+# Scopes (docs/concepts/scopes.md): every search takes the scopes its caller may see and applies them in the engine.
+
+CODER = Viewer(agent="coder", team="eng")
+SCOPES = [SHARED, team_scope("eng"), agent_scope("coder"), agent_scope("support"), team_scope("help")]
+
+
+def _searches(store: VectorStore, text: str, vector: list[float], k: int, visible: object) -> list[list]:
+    return [
+        store.search("t1", "u1", text, vector, k, visible=visible),  # type: ignore[arg-type]
+        store.dense_search("t1", "u1", vector, k, visible=visible),  # type: ignore[arg-type]
+        store.bm25_search("t1", "u1", text, k, visible=visible),  # type: ignore[arg-type]
+    ]
+
+
+def test_a_row_keeps_its_scope_and_every_search_shows_only_the_scopes_asked_for(store: VectorStore) -> None:
+    rows = [atom(i, scope=SCOPES[i % len(SCOPES)]) for i in range(25)]
+    store.upsert(rows)
+    assert store.get("t1", "u1", ["a2", "a3"]) == [rows[2], rows[3]]
+    assert [r.scope for r in store.get("t1", "u1", ["a2", "a3"])] == ["agent:coder", "agent:support"]
+    for visible in (CODER.scopes(), [SHARED], ["agent:support"]):
+        for hits in _searches(store, "fact number about alpha beta", vec(7), 25, visible):
+            assert hits and {h.row.scope for h in hits} == set(visible)
+    for hits in _searches(store, "fact number about alpha beta", vec(7), 25, None):  # every scope: the admin view
+        assert {h.row.scope for h in hits} == set(SCOPES)
+
+
+def test_the_scope_filter_runs_before_the_cut_at_k(store: VectorStore) -> None:
+    """Another agent's rows closer to the query than every visible row take no place in the top k: the filter is in
+    the engine's query, not applied to its results."""
+    near = [atom(i, text="lisbon lisbon lisbon trip", scope=agent_scope("support")) for i in range(20)]
+    near = [r.model_copy(update={"vector": vec(1)}) for r in near]
+    far = atom(99, text="a trip to lisbon once", scope=SHARED)
+    store.upsert([*near, far])
+    for hits in _searches(store, "lisbon trip", vec(1), 3, CODER.scopes()):
+        assert [h.id for h in hits] == ["a99"]
+
+
+def test_rescoping_a_row_moves_it_in_every_search(store: VectorStore) -> None:
+    """An upsert that changes only the scope (an admin re-scoping an atom) leaves no trace in the old scope."""
+    store.upsert([atom(1, scope=agent_scope("coder"))])
+    store.upsert([atom(1, scope=agent_scope("support"))])
+    for hits in _searches(store, atom(1).text, vec(1), 5, CODER.scopes()):
+        assert hits == []
+    for hits in _searches(store, atom(1).text, vec(1), 5, ["agent:support"]):
+        assert [h.row.scope for h in hits] == ["agent:support"]
+
+
+def test_bad_visible_lists_are_refused(store: VectorStore) -> None:
+    for visible in ([], ["everyone"], ["agent:"], ["agent:../x"], "shared", [SHARED, 'team:a" or 1']):
+        with pytest.raises(InvalidInput, match="visible"):
+            store.search("t1", "u1", "x", vec(1), 3, visible=visible)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInput, match="visible"):
+            store.bm25_search("t1", "u1", "x", 3, visible=visible)  # type: ignore[arg-type]
+
+
+agent_ids = st.sampled_from(["coder", "support", "sub.1", "a:b@c", "default"])
+team_ids = st.sampled_from(["eng", "help", "t-2"])
+row_scopes = st.one_of(st.just(SHARED), team_ids.map(team_scope), agent_ids.map(agent_scope))
+viewers = st.none() | st.builds(Viewer, agent=st.none() | agent_ids, team=st.none() | team_ids)  # None: every scope
+operations = st.lists(
+    st.tuples(
+        st.sampled_from(["upsert", "upsert", "delete"]), st.sampled_from(["u1", "u2"]), st.integers(0, 11), row_scopes
+    ),
+    min_size=1,
+    max_size=30,
+)
+_examples = itertools.count()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=operations, probes=st.lists(st.tuples(st.sampled_from(["u1", "u2"]), viewers), min_size=1, max_size=4))
+def test_no_search_returns_an_atom_its_viewer_may_not_see(
+    store: VectorStore, ops: list[tuple[str, str, int, str]], probes: list[tuple[str, Viewer | None]]
+) -> None:
+    """Random agents, teams, users and writes (upserts that may re-scope an atom, deletes) on two tenants; every
+    search of every viewer returns only rows of its tenant and user in a scope it may see, as they are now, and the
+    dense search (every row within k) returns exactly those."""
+    n = next(_examples)
+    tenants = (f"x{n}", f"y{n}")  # a fresh pair per example: the expected state starts empty
+    model: dict[tuple[str, str, str], AtomRow] = {}
+    for op, user, i, scope in ops:
+        for tenant in tenants:
+            if op == "upsert":
+                row = atom(i, tenant, user, text=f"shared words alpha {i}", scope=scope)
+                store.upsert([row])
+                model[(tenant, user, row.id)] = row
+            else:
+                store.delete(tenant, user, [f"a{i}"])
+                model.pop((tenant, user, f"a{i}"), None)
+    for user, viewer in probes:
+        tenant, visible = tenants[0], None if viewer is None else viewer.scopes()
+        seen = set(visible) if visible is not None else {r.scope for r in model.values()}
+        expected = {k[2]: r for k, r in model.items() if k[:2] == (tenant, user) and r.scope in seen}
+        for hits in (
+            store.search(tenant, user, "shared words alpha", vec(n), 50, visible=visible),
+            store.dense_search(tenant, user, vec(n), 50, visible=visible),
+            store.bm25_search(tenant, user, "alpha words", 50, visible=visible),
+        ):
+            assert all((h.row.tenant, h.row.user) == (tenant, user) and h.row.scope in seen for h in hits)
+            assert all(h.row == expected[h.id] for h in hits)  # the row as last written: no stale scope
+        assert {h.id for h in store.dense_search(tenant, user, vec(n), 50, visible=visible)} == set(expected)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from array import array
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from mnemoflow.ports.vectors import AtomRow
 pytest.importorskip("apsw")
 pytest.importorskip("sqlite_vec")
 
+from mnemoflow.index import _sqlite_schema as schema  # noqa: E402
+from mnemoflow.index._common import user_key  # noqa: E402
 from mnemoflow.index.sqlite import SqliteVectorStore  # noqa: E402
 
 _WRITER = """
@@ -86,7 +89,8 @@ def test_an_index_of_the_first_layout_is_re_analysed_on_open(tmp_path: Path) -> 
     store.close()
     reopened = SqliteVectorStore.open(path, dim=4, embedding_model="m")
     assert [h.id for h in reopened.bm25_search("t", "me", "女儿", 3)] == ["zh"]
-    assert reopened._conn.execute("select value from meta where key = 'schema_version'").fetchone()[0] == "3"
+    version = reopened._conn.execute("select value from meta where key = 'schema_version'").fetchone()[0]
+    assert version == schema.SCHEMA_VERSION
     reopened.close()
 
 
@@ -105,6 +109,60 @@ def test_an_index_without_context_gains_the_column_on_open(tmp_path: Path) -> No
     reopened.upsert([_row(1).model_copy(update={"context": "asked about the harbour"})])
     assert [h.id for h in reopened.bm25_search("t", "me", "harbour", 3)] == ["a1"]
     reopened.close()
+
+
+_V3 = """
+create table meta(key text primary key, value text not null);
+create table atoms(
+    rid integer primary key,
+    tenant text not null, user text not null, atom_id text not null,
+    type text not null, priority integer not null, text text not null, context text not null default '',
+    created text not null, updated text not null, source_ids text not null,
+    vec blob not null,
+    unique(tenant, user, atom_id)
+);
+create virtual table atoms_fts using fts5(ukey, atype, body, tokenize='unicode61 remove_diacritics 2');
+create virtual table atoms_vec using vec0(
+    rid integer primary key, ukey text partition key, atype text,
+    embedding float[4] distance_metric=cosine, chunk_size=16
+);
+insert into meta values ('schema_version', '3'), ('embedding_model', 'm'), ('dim', '4');
+"""
+
+
+def test_an_index_from_before_scopes_migrates_on_open_with_every_atom_shared(tmp_path: Path) -> None:
+    """A version 3 file (the layout before scopes, written here as that version wrote it) opens without a rebuild by
+    hand and without embedding anything: its atoms are shared, found by every search, and new atoms take scopes."""
+    path = str(tmp_path / "v3.db")
+    conn = schema.connect(path, 1000)
+    with conn:
+        conn.execute(_V3)
+        for i in range(3):
+            vec = array("f", [0.0, 1.0, float(i), 1.0]).tobytes()
+            now = datetime.now(UTC).isoformat()
+            conn.execute(
+                "insert into atoms values (?, 't', 'me', ?, 'persona', 5, ?, '', ?, ?, '[]', ?)",
+                (i + 1, f"a{i}", f"from parent {i}", now, now, vec),
+            )
+            conn.execute(
+                "insert into atoms_fts(rowid, ukey, atype, body) values (?, ?, 'persona', ?)",
+                (i + 1, user_key("t", "me"), f"from parent {i}"),
+            )
+            conn.execute(
+                "insert into atoms_vec(rid, ukey, atype, embedding) values (?, ?, 'persona', ?)",
+                (i + 1, user_key("t", "me"), vec),
+            )
+    conn.close()
+    store = SqliteVectorStore.open(path, dim=4, embedding_model="m")
+    assert [r.scope for r in store.get("t", "me", ["a0", "a1", "a2"])] == ["shared"] * 3
+    query = [0.0, 1.0, 1.0, 1.0]
+    assert [h.id for h in store.bm25_search("t", "me", "parent 1", 1, visible=["shared"])] == ["a1"]
+    assert store.dense_search("t", "me", query, 1, visible=["shared", "agent:coder"])[0].id == "a1"
+    assert store.search("t", "me", "parent", query, 5, visible=["agent:coder"]) == []
+    store.upsert([_row(7).model_copy(update={"scope": "agent:coder"})])
+    assert [h.id for h in store.search("t", "me", "parent 7", query, 5, visible=["agent:coder"])] == ["a7"]
+    assert store._conn.execute("select value from meta where key = 'schema_version'").fetchone()[0] == "4"
+    store.close()
 
 
 def test_unopenable_file_raises_storage_error(tmp_path: Path) -> None:
