@@ -78,8 +78,11 @@ class AtomEditor:
         return {"atom_id": old.id, "index_rows_removed": removed}
 
     async def remember(self, tenant: str, op: Remember, operation_id: str) -> Result:
-        """Through the similarity gate and dedup like an extracted atom; a near-duplicate is skipped."""
-        draft = AtomDraft(content=op.text, type=op.type, priority=op.priority, source_message_ids=(operation_id,))
+        """Through the similarity gate and dedup like an extracted atom, in its own scope; a near-duplicate is
+        skipped."""
+        draft = AtomDraft(
+            content=op.text, type=op.type, priority=op.priority, source_message_ids=(operation_id,), scope=op.scope
+        )
         atom = NewAtom(draft.atom_id(tenant, op.user), draft, self._embedder.embed([op.text])[0])
         (plan,) = await self._pipeline.deduper.plan(tenant, op.user, [atom])
         result = L1RunResult()

@@ -18,6 +18,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from mnemoflow.ids import SafeId
 from mnemoflow.memory.l1.models import MAX_CONTENT
 from mnemoflow.ports.vectors import AtomType
+from mnemoflow.scopes import SHARED, Scope
 
 
 class _Op(BaseModel):
@@ -51,6 +52,9 @@ class Remember(_Op):
     text: str = Field(min_length=1, max_length=MAX_CONTENT)
     type: AtomType = "persona"
     priority: int = Field(50, ge=-1, le=100)
+    scope: Scope = Field(SHARED, exclude_if=lambda s: s == SHARED)
+    """Decided at the API from the agent, team and visibility of the request (docs/concepts/scopes.md). Left out
+    of the JSON when shared, so a shared remember has the body, and the fingerprint, it had before scopes."""
 
 
 class EraseUser(_Op):

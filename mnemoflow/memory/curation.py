@@ -41,6 +41,7 @@ from mnemoflow.memory.scenes.plan import ScenePolicy
 from mnemoflow.memory.scenes.schedule import L2Timer, L2Timing
 from mnemoflow.memory.scenes.store import SceneStore
 from mnemoflow.ports import Clock, FileStore
+from mnemoflow.scopes import SHARED
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +239,9 @@ class Curator:
             return CurationOutcome(tenant, user, "skipped")
         scenes = SceneStore(files, tenant, user)
         try:
-            records = RecordLog(files, tenant, user).read(live_only=False)
+            # Shared atoms only, until scenes and persona are kept per scope (docs/concepts/scopes.md): the scene files
+            # and the persona are read by every agent of the user, so no private atom may reach them.
+            records = [r for r in RecordLog(files, tenant, user).read(live_only=False) if r.scope == SHARED]
             if forget_in_scenes(scenes, records, self.clock.now()):  # the persona follows, even after a failure
                 state = state.model_copy(update={"persona": state.persona.model_copy(update={"rewrite_pending": True})})
                 self._save(files, tenant, user, state)

@@ -310,3 +310,15 @@ def test_a_scene_that_cites_no_new_memory_is_asked_again_with_why(tmp_path: Path
     assert "no edit lists any of the 2 new memories" in llm.calls[1].messages[-1].content
     block = SceneStore(files, "acme", "alice").load()["hiking.md"]
     assert block.engine == "llm" and block.atom_ids == ("a0", "a1")
+
+
+def test_private_and_team_atoms_never_reach_the_scenes_or_persona_every_agent_reads(env) -> None:  # type: ignore[no-untyped-def]
+    """Until scenes and persona are kept per scope (docs/concepts/scopes.md), they are built from shared atoms only."""
+    files, clock, spy, cur = env
+    private = rec(2, "prefers tabs over spaces in python", T0).model_copy(update={"scope": "agent:coder"})
+    team = rec(3, "on call rota for the payments team", T0).model_copy(update={"scope": "team:eng"})
+    write(files, [rec(1, "lives in Lyon and likes green tea", T0), private, team])
+    out = asyncio.run(cur.run_now("acme", "alice"))
+    assert out.status == "applied" and spy.seen == [["a1"]]
+    persona = PersonaStore(files, "acme", "alice").read_body()
+    assert "Lyon" in persona and "tabs" not in persona and "rota" not in persona

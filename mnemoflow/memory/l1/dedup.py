@@ -7,7 +7,10 @@ Improvements over docs/tdam-spec.md §3.4 (§9.9, §11.8):
   Only the rest go to the judge, in one batched call per pass; :class:`DedupStats` counts what the gate saved.
 * **Validated targets.** A judge's ``target_ids`` outside that atom's own candidates are dropped; an update or
   merge left without targets becomes a store. Nothing outside the candidate set can be replaced.
-* **Scoped.** Candidates come from hybrid search of this (tenant, user) only, and only atoms about the same
+* **Scoped.** Candidates come from hybrid search of this (tenant, user) only, and of the new atom's own scope
+  (docs/concepts/scopes.md): merging a private atom into a shared one would publish it, the other way round would
+  take a fact from the other agents. Two atoms of one batch are duplicates only in the same scope, and a decision of
+  the extraction reply may target only shown atoms of that scope. Only atoms about the same
   subject (:mod:`mnemoflow.memory.l1.subject`) are compared: what the assistant answered is never a duplicate of
   what the user said. Vectors are of the text with its search context, so an answer and the user's reply to it
   (each the other's context) measured 0.98 with e5, above the skip gate, and the answer was lost (LongMemEval
@@ -177,7 +180,9 @@ class Deduper:
         self.stats = DedupStats()
 
     def _candidates(self, tenant: str, user: str, atom: NewAtom) -> list[Candidate]:
-        hits = self._store.search(tenant, user, atom.draft.content, atom.vector, self.config.candidates)
+        hits = self._store.search(
+            tenant, user, atom.draft.content, atom.vector, self.config.candidates, visible=[atom.draft.scope]
+        )
         about = subject(atom.draft.content)
         cands = [Candidate(h.row, cosine(atom.vector, h.row.vector)) for h in hits if subject(h.row.text) == about]
         return sorted(cands, key=lambda c: (-c.similarity, c.row.id))
@@ -186,6 +191,7 @@ class Deduper:
         cfg, kind, about = self.config, atom.draft.type, subject(atom.draft.content)
         near_batch = any(
             b.draft.type == kind
+            and b.draft.scope == atom.draft.scope
             and subject(b.draft.content) == about
             and cosine(atom.vector, b.vector) >= cfg.skip_similarity
             for b in batch
@@ -203,10 +209,17 @@ class Deduper:
     def _count(self, action: str) -> None:
         self.stats.actions[action] = self.stats.actions.get(action, 0) + 1
 
-    def shown(self, tenant: str, user: str, queries: Sequence[tuple[str, Sequence[float]]]) -> list[AtomRow]:
+    def shown(
+        self,
+        tenant: str,
+        user: str,
+        queries: Sequence[tuple[str, Sequence[float]]],
+        visible: Sequence[str] | None = None,
+    ) -> list[AtomRow]:
         """The user's atoms closest to a window, for the extraction prompt: one hybrid search of this tenant and
         user per query (a user message of the window), its hits ordered by cosine (the gate's measure),
-        interleaved by rank across queries, at most ``config.shown``.
+        interleaved by rank across queries, at most ``config.shown``. ``visible``: the scopes the window's author
+        may see (the prompt never lists another agent's private atoms).
 
         Why per message and not the whole window as one query: a window mixes topics, and one query finds the
         closest candidate of fewer atoms (LoCoMo, MiniLM: the closest candidate of an open atom was missing in
@@ -217,7 +230,10 @@ class Deduper:
         if not limit or not queries:
             return []
         ranked = [
-            sorted((h.row for h in self._store.search(tenant, user, text, vec, limit)), key=_closest_to(vec))
+            sorted(
+                (h.row for h in self._store.search(tenant, user, text, vec, limit, visible=visible)),
+                key=_closest_to(vec),
+            )
             for text, vec in queries
         ]
         out: dict[str, AtomRow] = {}
@@ -258,7 +274,11 @@ class Deduper:
                 if dec is None:
                     open_items.append(JudgeItem(atom, cands))
                     continue
-                allowed = [Candidate(r, cosine(atom.vector, r.vector)) for r in shown_rows.values()]
+                allowed = [
+                    Candidate(r, cosine(atom.vector, r.vector))
+                    for r in shown_rows.values()
+                    if r.scope == atom.draft.scope
+                ]
                 decided[atom.id] = self._validated(JudgeItem(atom, allowed), dec)
                 self.stats.decided_in_extraction += 1
                 continue

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from mnemoflow.ports.vectors import MAX_CONTEXT, AtomType, search_text
+from mnemoflow.scopes import SHARED, Scope
 
 MAX_CONTENT = 2000
 _SPACE = re.compile(r"\s+")
@@ -40,14 +41,19 @@ class AtomDraft(BaseModel):
     context: str = Field(default="", max_length=MAX_CONTEXT)
     """What the statement followed (the heuristic engine: the two turns before it), searched but not shown: see
     :func:`search_text`."""
+    scope: Scope = SHARED
+    """Who may see it (docs/concepts/scopes.md): decided by the pipeline from its type and its author
+    (:mod:`mnemoflow.memory.l1.scoping`), not by the extractor, which never sees more than one author's messages."""
 
     @property
     def search_text(self) -> str:
         return search_text(self.content, self.context)
 
     def atom_id(self, tenant: str, user: str) -> str:
-        """Deterministic id: the same draft from the same messages is the same atom on every re-run."""
-        key = "\x1f".join([tenant, user, self.type, normalise(self.content), *sorted(self.source_message_ids)])
+        """Deterministic id: the same draft from the same messages is the same atom on every re-run. The scope is
+        part of the key only when it is not shared, so a shared atom keeps the id it had before scopes existed."""
+        scope = [] if self.scope == SHARED else [self.scope]
+        key = "\x1f".join([tenant, user, self.type, normalise(self.content), *sorted(self.source_message_ids), *scope])
         return "a_" + hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
@@ -66,6 +72,9 @@ class L1Record(BaseModel):
     activity_end: AwareDatetime | None = None
     context: str = ""
     """The draft's search context (kept so that a reindex or an import finds the atom as extraction did)."""
+    scope: Scope = Field(SHARED, exclude_if=lambda s: s == SHARED)
+    """Who may see it (docs/concepts/scopes.md). Absent means shared: a line written before scopes existed is shared,
+    as it was, and a shared record is written as it was before scopes, byte for byte."""
     timestamps: list[AwareDatetime] = Field(description="When the facts were said (source message times)")
     created: AwareDatetime
     updated: AwareDatetime

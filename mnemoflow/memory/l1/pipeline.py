@@ -10,6 +10,10 @@ decides to run, then ``on_success`` or ``on_failure`` with the outcome. Order of
 3. the index (upsert new atoms, then delete superseded ones: no stale fact stays searchable);
 4. the cursor, last — so a crash anywhere before re-reads the window, and the deterministic atom ids plus the
    gate make the re-run add nothing twice.
+
+Steps 1-3 run once per author of the window (:func:`~.window.split_by_author`; one part when one agent had the
+conversation): each draft gets its scope from its type and author (:mod:`.scoping`), and dedup compares it only with
+atoms of the same scope (docs/concepts/scopes.md).
 """
 
 from __future__ import annotations
@@ -23,12 +27,14 @@ from pydantic import BaseModel, ConfigDict
 from mnemoflow.memory.l0 import L0Message
 from mnemoflow.memory.l1.dedup import DedupConfig, Deduper, DedupJudge, NewAtom, Plan
 from mnemoflow.memory.l1.extract import DecidingExtractor, Extractor, last_scene
-from mnemoflow.memory.l1.models import DedupDecision, L1Record
+from mnemoflow.memory.l1.models import AtomDraft, DedupDecision, L1Record
 from mnemoflow.memory.l1.records import RecordLog
+from mnemoflow.memory.l1.scoping import decide_scope
 from mnemoflow.memory.l1.state import load_cursor, save_cursor
-from mnemoflow.memory.l1.window import Window, plan_windows
+from mnemoflow.memory.l1.window import Author, Window, plan_windows, split_by_author
 from mnemoflow.ports import Clock, Embedder, FileStore
 from mnemoflow.ports.vectors import MAX_CONTEXT, AtomRow, VectorStore, search_text
+from mnemoflow.scopes import Viewer, own_scope
 
 _COUNTERS = {"store": "stored", "update": "updated", "merge": "merged"}
 
@@ -117,46 +123,69 @@ class L1Pipeline:
         cursor = load_cursor(self._files, tenant, user)
         windows = self.pending(tenant, user)[: self.settings.max_windows]
         for window in windows:
-            calls_before, passes_before = self.deduper.stats.judge_calls, self.deduper.stats.model_judge_passes
-            has_user_text = any(m.role == "user" for m in window.new)
-            decider = self._extractor if isinstance(self._extractor, DecidingExtractor) else None
-            wanted = has_user_text and (decider is not None or self.settings.count_model_calls)
-            shown = self._shown(tenant, user, window) if wanted else []
-            proposed: dict[str, DedupDecision] | None = None
-            if decider is not None:
-                extraction = await decider.extract_decided(user, window, cursor.last_scene, shown)
-                drafts, proposed = extraction.drafts, {}
-            else:  # shown atoms (when counted) only feed the count of what a model engine would need
-                drafts = await self._extractor.extract(user, window, cursor.last_scene) if window.new else []
-            result.llm_calls += int(self._extractor.uses_llm and has_user_text)
-            result.model_calls_needed += int(has_user_text)
-            vectors = self._embedder.embed([d.search_text for d in drafts]) if drafts else []
-            atoms = [NewAtom(d.atom_id(tenant, user), d, v) for d, v in zip(drafts, vectors, strict=True)]
-            if proposed is not None:
-                proposed = {
-                    a.id: dec.model_copy(update={"record_id": a.id})
-                    for a, dec in zip(atoms, extraction.decisions, strict=True)
-                    if dec is not None
-                }
-            plans = await self.deduper.plan(tenant, user, atoms, shown=shown, proposed=proposed)
-            result.llm_calls += self.deduper.stats.judge_calls - calls_before
-            result.model_calls_needed += self.deduper.stats.model_judge_passes - passes_before
-            self.write_plans(tenant, user, plans, {m.id: m for m in [*window.background, *window.new]}, result)
-            cursor = cursor.advanced(window.done, last_scene(drafts))
+            drafts = 0
+            scenes: dict[str, str | None] = {}
+            for author, part in split_by_author(window):
+                key = own_scope(author.agent, author.team)
+                found = await self._extract_part(tenant, user, author, part, cursor.scene_of(key), result)
+                drafts, scenes[key] = drafts + len(found), last_scene(found)
+            cursor = cursor.advanced(window.done, scenes)
             save_cursor(self._files, tenant, user, cursor)
             result.windows += 1
             result.messages += window.consumed
-            result.drafts += len(drafts)
+            result.drafts += drafts
             # Embedding, dedup and writes above run on the caller's event loop; between windows it answers the
             # rest (a replica's health check, other users' passes), so a backlog of hundreds of windows does not
             # look like a hung extractor.
             await asyncio.sleep(0)
         return result
 
-    def _shown(self, tenant: str, user: str, window: Window) -> list[AtomRow]:
-        """The user's atoms closest to the window's new user messages (what the extraction prompt lists)."""
+    async def _extract_part(
+        self, tenant: str, user: str, author: Author, window: Window, previous_scene: str, result: L1RunResult
+    ) -> list[AtomDraft]:
+        """Extraction, dedup and writes for one author's part of a window; returns its drafts."""
+        calls_before, passes_before = self.deduper.stats.judge_calls, self.deduper.stats.model_judge_passes
+        has_user_text = any(m.role == "user" for m in window.new)
+        decider = self._extractor if isinstance(self._extractor, DecidingExtractor) else None
+        wanted = has_user_text and (decider is not None or self.settings.count_model_calls)
+        viewer = Viewer(agent=author.agent, team=author.team)
+        shown = self._shown(tenant, user, window, viewer) if wanted else []
+        decisions: list[DedupDecision | None] | None = None
+        if decider is not None:
+            extraction = await decider.extract_decided(user, window, previous_scene, shown)
+            drafts, decisions = extraction.drafts, extraction.decisions
+        else:  # shown atoms (when counted) only feed the count of what a model engine would need
+            drafts = await self._extractor.extract(user, window, previous_scene) if window.new else []
+        result.llm_calls += int(self._extractor.uses_llm and has_user_text)
+        result.model_calls_needed += int(has_user_text)
+        by_id = {m.id: m for m in [*window.background, *window.new]}
+        drafts = [
+            d.model_copy(
+                update={"scope": decide_scope(d, [by_id[s] for s in d.source_message_ids if s in by_id], author)}
+            )
+            for d in drafts
+        ]
+        vectors = self._embedder.embed([d.search_text for d in drafts]) if drafts else []
+        atoms = [NewAtom(d.atom_id(tenant, user), d, v) for d, v in zip(drafts, vectors, strict=True)]
+        proposed = None
+        if decisions is not None:
+            proposed = {
+                a.id: dec.model_copy(update={"record_id": a.id})
+                for a, dec in zip(atoms, decisions, strict=True)
+                if dec is not None
+            }
+        plans = await self.deduper.plan(tenant, user, atoms, shown=shown, proposed=proposed)
+        result.llm_calls += self.deduper.stats.judge_calls - calls_before
+        result.model_calls_needed += self.deduper.stats.model_judge_passes - passes_before
+        self.write_plans(tenant, user, plans, by_id, result)
+        return drafts
+
+    def _shown(self, tenant: str, user: str, window: Window, viewer: Viewer) -> list[AtomRow]:
+        """The user's atoms closest to the window's new user messages that its author may see (what the extraction
+        prompt lists)."""
         texts = [m.content[:2000] for m in window.new if m.role == "user"]
-        return self.deduper.shown(tenant, user, list(zip(texts, self._embedder.embed(texts), strict=True)))
+        queries = list(zip(texts, self._embedder.embed(texts), strict=True))
+        return self.deduper.shown(tenant, user, queries, viewer.scopes())
 
     def write_plans(
         self,
@@ -218,6 +247,7 @@ class L1Pipeline:
             activity_start=d.activity_start,
             activity_end=d.activity_end,
             context=d.context,
+            scope=d.scope,
             timestamps=sorted(set(stamps)),
             created=now,
             updated=now,
@@ -243,4 +273,5 @@ class L1Pipeline:
             created=rec.activity_start or rec.timestamps[0],
             updated=rec.updated,
             source_message_ids=rec.source_message_ids,
+            scope=rec.scope,
         )

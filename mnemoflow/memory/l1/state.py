@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mnemoflow.memory.l1.triggers import TriggerState
 from mnemoflow.ports import FileStore
+from mnemoflow.scopes import SHARED
 from mnemoflow.storage import Layout
 
 
@@ -28,11 +29,21 @@ class L1Cursor(BaseModel):
     done: dict[str, int] = Field(default_factory=dict)
     last_scene: str = ""
     passes: int = 0
+    scenes: dict[str, str] = Field(default_factory=dict, exclude_if=lambda d: not d)
+    """The last scene of each named author (by its own scope, ``agent:coder``), handed to that author's next
+    extraction only: a scene name is words of a conversation, and one agent's must not reach another's prompt. The
+    default agent's is ``last_scene``, as in cursors written before scopes (and written the same without agents)."""
 
-    def advanced(self, done: dict[str, int], last_scene: str | None = None) -> L1Cursor:
+    def scene_of(self, author: str) -> str:
+        """The previous scene of an author (its own scope; ``shared`` is the default agent)."""
+        return self.last_scene if author == SHARED else self.scenes.get(author, "")
+
+    def advanced(self, done: dict[str, int], scenes: Mapping[str, str | None] | None = None) -> L1Cursor:
+        """The cursor past a window; ``scenes``: each author's last scene in it (None keeps the previous one)."""
         merged = {**self.done, **{d: max(n, self.done.get(d, 0)) for d, n in done.items()}}
-        scene = self.last_scene if last_scene is None else last_scene
-        return L1Cursor(done=merged, last_scene=scene, passes=self.passes + 1)
+        named = {a: s for a, s in (scenes or {}).items() if s is not None}
+        last = named.pop(SHARED, self.last_scene)
+        return L1Cursor(done=merged, last_scene=last, passes=self.passes + 1, scenes={**self.scenes, **named})
 
 
 def load_cursor(files: FileStore, tenant: str, user: str) -> L1Cursor:

@@ -3,6 +3,11 @@
 Each window holds up to ``new_size`` qualified messages to extract from and up to ``background`` qualified
 messages just before them as context (docs/tdam-spec.md §3.3: 10 / 5). Unlike the original (§9.4), nothing is skipped:
 the backlog is cut into consecutive windows and the cursor passes a message only with the window that read it.
+
+A user served by several agents has their conversations interleaved in L0. :func:`split_by_author` cuts a window
+into one part per author (agent and team), each with that author's background only, and each part is extracted on
+its own: no extraction call reads two agents' conversations together, so no atom can carry one agent's private
+words into another's memory (docs/concepts/scopes.md). A window of one author is one part: the window itself.
 """
 
 from __future__ import annotations
@@ -41,6 +46,39 @@ class Window:
     @property
     def new_ids(self) -> set[str]:
         return {m.id for m in self.new}
+
+
+@dataclass(frozen=True, slots=True)
+class Author:
+    """Who had a conversation: an agent and its team; neither is the default agent."""
+
+    agent: str | None = None
+    team: str | None = None
+
+
+def author_of(msg: L0Message) -> Author:
+    return Author(msg.agent, msg.team)
+
+
+def split_by_author(window: Window) -> list[tuple[Author, Window]]:
+    """The window's parts to extract, one per author of its new messages in order of first appearance, each with
+    that author's background messages; none for a window with no new message. ``done`` and ``consumed`` stay the
+    whole window's: the cursor moves once all parts are stored."""
+    authors = list(dict.fromkeys(author_of(m) for m in window.new))
+    if len(authors) == 1 and all(author_of(m) == authors[0] for m in window.background):
+        return [(authors[0], window)]
+    return [
+        (
+            a,
+            Window(
+                new=[m for m in window.new if author_of(m) == a],
+                background=[m for m in window.background if author_of(m) == a],
+                done=window.done,
+                consumed=window.consumed,
+            ),
+        )
+        for a in authors
+    ]
 
 
 def _day_files(files: FileStore, tenant: str, user: str) -> list[tuple[str, list[L0Message]]]:
