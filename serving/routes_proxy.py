@@ -26,6 +26,7 @@ from mnemoflow.offload.replies import CompactReply
 from mnemoflow.proxy.answer import StreamedAnswer, answer_text
 from mnemoflow.proxy.capture import CaptureLog
 from mnemoflow.proxy.pipeline import MemoryProxy, Prepared, parse_chat
+from mnemoflow.scopes import Viewer
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.tokens import load_tokenizer
 from serving.deps import ApiDeps
@@ -49,7 +50,9 @@ class StackMemory:
         )
 
     async def recall(self, tenant: str, user: str, query: str) -> RecallResult:
-        return await (await self._deps.recaller()).recall(tenant, user, query)
+        """As the default agent (shared memory only) until the proxy names agents (docs/concepts/scopes.md): its
+        captures name none, and a named agent's private memory must not reach its prompts."""
+        return await (await self._deps.recaller()).recall(tenant, user, query, viewer=Viewer())
 
     async def recall_version(self, tenant: str, user: str) -> str | None:
         """The atom index's version and a digest of the persona and scene files that recall renders (read raw,

@@ -231,3 +231,31 @@ def test_conversation_search_finds_chinese_words_inside_sentences(tmp_path: Path
     assert [h.message.id for h in rec.conversation_search("t", "u", "徒步")] == ["m0"]
     assert [h.message.id for h in rec.conversation_search("t", "u", "小美")] == ["m1"]
     assert {h.message.id for h in rec.conversation_search("t", "u", "hiking 徒步")} == {"m0", "m2"}
+
+
+def test_a_viewer_recalls_shared_memory_and_its_own_and_each_hit_says_its_scope(tmp_path: Path) -> None:
+    """docs/concepts/scopes.md: the coder sees the user's facts, its team's and its own notes, never the support
+    agent's; without a viewer (an admin key, every caller from before scopes) every scope is searched."""
+    from mnemoflow.scopes import Viewer
+
+    rows = [
+        row(1, "u", "Ana drinks oat milk"),
+        row(2, "u", "Answer Ana about milk in short bullet points", "instruction").model_copy(
+            update={"scope": "agent:coder"}
+        ),
+        row(3, "u", "Ana asked support about a refund for the milk frother").model_copy(
+            update={"scope": "agent:support"}
+        ),
+        row(4, "u", "Ana's milk order ships on Fridays").model_copy(update={"scope": "team:eng"}),
+    ]
+    rec = make(tmp_path, rows)
+    coder = Viewer(agent="coder", team="eng")
+    out = rec.recall_sync("t", "u", "milk for Ana", viewer=coder)
+    assert {(h.id, h.scope) for h in out.hits} == {("a1", "shared"), ("a2", "agent:coder"), ("a4", "team:eng")}
+    assert "- [instruction, private] Answer Ana" in out.prepend_context
+    assert "- [persona, team] Ana's milk order" in out.prepend_context
+    assert "- [persona] Ana drinks oat milk" in out.prepend_context
+    assert {h.id for h in rec.memory_search("t", "u", "milk", 20, viewer=coder)} == {"a1", "a2", "a4"}
+    support = rec.memory_search("t", "u", "milk", 20, viewer=Viewer(agent="support"))
+    assert {h.id for h in support} == {"a1", "a3"}
+    assert {h.id for h in rec.memory_search("t", "u", "milk", 20)} == {"a1", "a2", "a3", "a4"}

@@ -72,16 +72,18 @@ def search_hits(
     config: RecallConfig,
     k: int | None = None,
     now: datetime | None = None,
+    visible: Sequence[str] | None = None,
 ) -> list[Hit]:
     """Run the configured retrievers for one user and return fused hits, best first: boosted towards the time
     the query names (resolved against ``now``; none without it) and towards the people it names, with superseded
-    facts after current ones."""
+    facts after current ones. ``visible``: the scopes the caller may see (:meth:`~mnemoflow.scopes.Viewer.scopes`),
+    applied inside the store's query; None is every scope."""
     k = k or config.k
     fused = vector is not None and set(config.methods) == {"bm25", "vector"}
     wanted = query_span(query, now) if fused and now is not None and config.time_weight > 0 else None
     subjects = fused and config.subject_weight > 0
     depth = max(k, config.boost_depth) if wanted or subjects else k
-    hits = _retrieve(store, tenant, user, query, vector, config, depth)
+    hits = _retrieve(store, tenant, user, query, vector, config, depth, visible)
     if wanted:
         hits = boost_in_span(hits, wanted.widened(config.time_slack_days), config.time_weight)
     if subjects:
@@ -100,10 +102,11 @@ def _retrieve(
     vector: Sequence[float] | None,
     config: RecallConfig,
     k: int,
+    visible: Sequence[str] | None,
 ) -> list[Hit]:
     if vector is not None and "vector" in config.methods:
         if "bm25" in config.methods:
-            return store.search(tenant, user, query, vector, k, config.types)
-        hits = store.dense_search(tenant, user, vector, k, config.types)
+            return store.search(tenant, user, query, vector, k, config.types, visible)
+        hits = store.dense_search(tenant, user, vector, k, config.types, visible)
         return [h for h in hits if h.score >= config.min_vector_score]
-    return store.bm25_search(tenant, user, query, k, config.types)
+    return store.bm25_search(tenant, user, query, k, config.types, visible)

@@ -24,11 +24,17 @@ class ToolNames:
     calls_per_turn: int = 3
 
 
+_SCOPE_MARK = {"team": ", team", "agent": ", private"}
+
+
 def memory_line(row: AtomRow, max_chars: int, tools: ToolNames = ToolNames()) -> str:
-    """``- [type] content (YYYY-MM-DD)``: the date is when the fact was said (the original shows write time)."""
+    """``- [type] content (YYYY-MM-DD)``: the date is when the fact was said (the original shows write time). A
+    memory that is not shared with every agent of the user says so (``[instruction, private]``, ``[persona, team]``),
+    so the agent knows it is its own or its team's (docs/concepts/scopes.md)."""
     when = row.created.date().isoformat()
     text = " ".join(row.text.split())
-    line = f"- [{row.type}] {text} ({when})"
+    mark = _SCOPE_MARK.get(row.scope.split(":", 1)[0], "")
+    line = f"- [{row.type}{mark}] {text} ({when})"
     if len(line) > max_chars:
         suffix = f"… (more: {tools.memory})"
         line = line[: max(0, max_chars - len(suffix))] + suffix

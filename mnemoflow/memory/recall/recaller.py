@@ -6,8 +6,11 @@ What the API calls: ``await Recaller(...).recall(RecallRequest(...))`` for ``POS
 
 Ports are sync (store, embedder, files); :meth:`recall` runs the search in a worker thread only to bound it by
 ``timeout_s``: on timeout it returns no hits but still the persona and navigation (the original drops all,
-docs/tdam-spec.md §9.18). A time the query names ("last week", "上个月") is resolved against the clock's now, or
-against the ``now`` a caller passes to :meth:`hits` (a benchmark replaying a conversation asks at its time).
+docs/tdam-spec.md §9.18). A :class:`~mnemoflow.scopes.Viewer` limits every search to the scopes its agent may see
+(docs/concepts/scopes.md), inside the store's query; without one (an admin key, and every caller from before
+scopes) the user's atoms of every scope are searched, as before. Each hit says its scope. A time the query names
+("last week", "上个月") is resolved against the clock's now, or against the ``now`` a caller passes to :meth:`hits`
+(a benchmark replaying a conversation asks at its time).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from mnemoflow.memory.recall.sources import ContextSource, FileContextSource
 from mnemoflow.ports import Embedder, FileStore
 from mnemoflow.ports.clock import Clock, SystemClock
 from mnemoflow.ports.vectors import AtomType, Hit, VectorStore
+from mnemoflow.scopes import SHARED, Viewer
 
 
 class RecallHit(BaseModel):
@@ -43,6 +47,8 @@ class RecallHit(BaseModel):
     source_message_ids: list[str]
     dense_rank: int | None = None
     bm25_rank: int | None = None
+    scope: str = SHARED
+    """Who else may see it: ``shared`` (every agent of the user), ``team:<team>`` or ``agent:<agent>``."""
 
     @classmethod
     def of(cls, h: Hit) -> RecallHit:
@@ -56,6 +62,7 @@ class RecallHit(BaseModel):
             source_message_ids=list(r.source_message_ids),
             dense_rank=h.dense_rank,
             bm25_rank=h.bm25_rank,
+            scope=r.scope,
         )
 
 
@@ -114,16 +121,18 @@ class Recaller:
         config: RecallConfig | None = None,
         k: int | None = None,
         now: datetime | None = None,
+        viewer: Viewer | None = None,
     ) -> list[Hit]:
         """The search alone; embeds the query unless ``vector`` is given (the bench times it without). A time in
-        the query is resolved against ``now``, by default the clock's."""
+        the query is resolved against ``now``, by default the clock's; ``viewer`` limits it to what it may see."""
         cfg = config or self.config
         query = query[: cfg.max_query_chars]
         if len(query.strip()) < cfg.min_query_chars:
             return []
         if vector is None and "vector" in cfg.methods:
             vector = self._embedder.embed_query([query])[0]
-        return search_hits(self._store, tenant, user, query, vector, cfg, k, now or self._clock.now())
+        visible = None if viewer is None else viewer.scopes()
+        return search_hits(self._store, tenant, user, query, vector, cfg, k, now or self._clock.now(), visible)
 
     def render(
         self,
@@ -154,28 +163,39 @@ class Recaller:
         query: str,
         vector: Sequence[float] | None = None,
         config: RecallConfig | None = None,
+        viewer: Viewer | None = None,
     ) -> RecallResult:
         """Search and render without a timeout (tests, benchmarks, callers with their own deadline)."""
         start = time.perf_counter()
-        hits = self.hits(tenant, user, query, vector, config)
+        hits = self.hits(tenant, user, query, vector, config, viewer=viewer)
         return self.render(tenant, user, hits, config, elapsed_ms=(time.perf_counter() - start) * 1000)
 
-    async def recall(self, tenant: str, user: str, query: str, config: RecallConfig | None = None) -> RecallResult:
+    async def recall(
+        self, tenant: str, user: str, query: str, config: RecallConfig | None = None, viewer: Viewer | None = None
+    ) -> RecallResult:
         cfg = config or self.config
         start = time.perf_counter()
         try:
-            hits = await asyncio.wait_for(asyncio.to_thread(self.hits, tenant, user, query, None, cfg), cfg.timeout_s)
+            search = asyncio.to_thread(self.hits, tenant, user, query, None, cfg, viewer=viewer)
+            hits = await asyncio.wait_for(search, cfg.timeout_s)
             timed_out = False
         except TimeoutError:
             hits, timed_out = [], True
         return self.render(tenant, user, hits, cfg, timed_out, (time.perf_counter() - start) * 1000)
 
     def memory_search(
-        self, tenant: str, user: str, query: str, limit: int = 5, type: AtomType | None = None
+        self,
+        tenant: str,
+        user: str,
+        query: str,
+        limit: int = 5,
+        type: AtomType | None = None,
+        viewer: Viewer | None = None,
     ) -> list[RecallHit]:
-        """The agent tool: limit clamped to 1..20; the type filter runs inside the store query, not after."""
+        """The agent tool: limit clamped to 1..20; the type and scope filters run inside the store query, not after."""
         cfg = self.config.model_copy(update={"types": (type,) if type else None})
-        return [RecallHit.of(h) for h in self.hits(tenant, user, query, None, cfg, max(1, min(limit, 20)))]
+        found = self.hits(tenant, user, query, None, cfg, max(1, min(limit, 20)), viewer=viewer)
+        return [RecallHit.of(h) for h in found]
 
     def conversation_search(
         self, tenant: str, user: str, query: str, limit: int = 5, session: str | None = None
