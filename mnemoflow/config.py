@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -22,7 +23,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from mnemoflow.ids import check_id
+from mnemoflow.ids import SafeId, check_id
 from mnemoflow.llm.models import MODELS, ModelName
 
 TOPIC_TURNS = "mnemoflow.turns"
@@ -68,6 +69,31 @@ class RateLimit(BaseModel):
     burst: int = Field(ge=1, description="Requests the bucket holds (sent at once).")
 
 
+def _check_tenant(tenant: str, keys: Sequence[object]) -> None:
+    check_id(tenant)
+    if tenant in SERVICE_DIRS:
+        raise ValueError(f"tenant {tenant!r} would share <data_dir>/{tenant} with the stack itself")
+    if not keys:
+        raise ValueError(f"tenant {tenant!r} has no API key")
+
+
+class AgentKey(BaseModel):
+    """An API key bound to one agent (and its team) or to one team of a tenant (docs/concepts/scopes.md): it
+    submits events and recalls as that agent or team only, and never reads another agent's private memory."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    key: SecretStr = Field(description="The API key, sent as 'Authorization: Bearer <key>'.")
+    agent: SafeId | None = Field(None, description="The agent it acts as; unset: the team, with no agent.")
+    team: SafeId | None = Field(None, description="The agent's team (its team-scoped memory), or the team it acts as.")
+
+    @model_validator(mode="after")
+    def _binds_something(self) -> AgentKey:
+        if self.agent is None and self.team is None:
+            raise ValueError("an agent key names its agent or its team (a key for the whole tenant is in api_keys)")
+        return self
+
+
 class Settings(BaseSettings):
     """Every endpoint and size of a mnemoflow deployment."""
 
@@ -111,6 +137,12 @@ class Settings(BaseSettings):
         default_factory=dict,
         description="tenant -> API key, or a list of keys (oldest first) to rotate without downtime. "
         "Empty: `mnemoflow up` makes one for tenant 'default'.",
+    )
+    agent_keys: dict[str, list[AgentKey]] = Field(
+        default_factory=dict,
+        description="tenant -> keys bound to one agent or team, e.g. "
+        "{'acme': [{'key': 'k1', 'agent': 'coder', 'team': 'eng'}, {'key': 'k2', 'team': 'eng'}]}; "
+        "api_keys stay the tenant's admin keys.",
     )
     rate_limit_per_second: float = Field(
         300.0, gt=0, description="Requests per second per tenant per API replica (token bucket refill rate)."
@@ -289,11 +321,7 @@ class Settings(BaseSettings):
         """A key shared by two tenants would let the ring pick either: refuse it here, naming tenants, not keys."""
         owner: dict[str, str] = {}
         for tenant, tenant_keys in keys.items():
-            check_id(tenant)
-            if tenant in SERVICE_DIRS:
-                raise ValueError(f"tenant {tenant!r} would share <data_dir>/{tenant} with the stack itself")
-            if not tenant_keys:
-                raise ValueError(f"tenant {tenant!r} has no API key")
+            _check_tenant(tenant, tenant_keys)
             for key in tenant_keys:
                 secret = key.get_secret_value()
                 if not secret:
@@ -303,6 +331,22 @@ class Settings(BaseSettings):
                         f"tenants {owner[secret]!r} and {tenant!r} share an API key; each key must name one tenant"
                     )
         return keys
+
+    @model_validator(mode="after")
+    def _agent_keys_belong_to_one_holder(self) -> Settings:
+        """An agent key that is also an admin key or another agent's would let the ring pick either: refuse it,
+        naming the holders, not the key."""
+        owner = {k.get_secret_value(): f"admin key of tenant {t!r}" for t, keys in self.api_keys.items() for k in keys}
+        for tenant, keys in self.agent_keys.items():
+            _check_tenant(tenant, keys)
+            for key in keys:
+                name = f"key of {f'agent {key.agent}' if key.agent else f'team {key.team}'} of tenant {tenant!r}"
+                secret = key.key.get_secret_value()
+                if not secret:
+                    raise ValueError(f"the {name} is empty")
+                if owner.setdefault(secret, name) != name:
+                    raise ValueError(f"the {owner[secret]} and the {name} are the same; each key must name one holder")
+        return self
 
     @model_validator(mode="after")
     def _packaged_model_runs_on_llama_cpp(self) -> Settings:
@@ -338,6 +382,11 @@ class Settings(BaseSettings):
         for name, value in self.model_dump(mode="json", exclude_none=True).items():
             if name == "api_keys":
                 value = {tenant: [k.get_secret_value() for k in keys] for tenant, keys in self.api_keys.items()}
+            elif name == "agent_keys":
+                value = {
+                    tenant: [{**k.model_dump(exclude_none=True), "key": k.key.get_secret_value()} for k in keys]
+                    for tenant, keys in self.agent_keys.items()
+                }
             elif name == "llm_api_key" and self.llm_api_key is not None:
                 value = self.llm_api_key.get_secret_value()
             elif name == "proxy_upstream_api_key" and self.proxy_upstream_api_key is not None:

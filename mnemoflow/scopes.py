@@ -7,7 +7,8 @@ after the colon follows the id rule of :mod:`mnemoflow.ids`, so a scope never ne
 
 The writer's side is :func:`own_scope` / :func:`requested_scope` (who said it); the reader's side is
 :class:`Viewer` (who asks). A caller with no agent and no team is the anonymous default agent: everything it
-writes is shared and, unless it holds an admin key, it sees only shared memory.
+writes is shared and, unless it holds an admin key, it sees only shared memory. :class:`Caller` is what an API key
+binds: a tenant admin, or one agent or team of a tenant, and what a request may then act as.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, StringConstraints
 
+from mnemoflow.errors import NotFound
 from mnemoflow.ids import ID_MAX, ID_PATTERN, SafeId, check_id
 
 ScopeKind = Literal["shared", "team", "agent"]
@@ -91,3 +93,36 @@ class Viewer(BaseModel):
         if self.agent is not None:
             out.append(agent_scope(self.agent))
         return tuple(out)
+
+
+class Caller(BaseModel):
+    """Who holds the API key of a request: a tenant admin (neither agent nor team: every key from before scopes), or
+    a key bound to one agent (and its team) or to one team."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tenant: SafeId
+    agent: SafeId | None = None
+    team: SafeId | None = None
+
+    @property
+    def admin(self) -> bool:
+        return self.agent is None and self.team is None
+
+    def acting_as(self, agent: str | None, team: str | None) -> tuple[str | None, str | None]:
+        """The (agent, team) a request runs as, given what its body names. An admin key acts as whatever it names;
+        a bound key as itself, filling in what the body left out. A bound key naming another agent or team gets
+        NotFound, the answer to another tenant's user: the key learns nothing about what exists."""
+        if self.admin:
+            return agent, team
+        if agent not in (None, self.agent) or team not in (None, self.team):
+            named = f"agent {agent}" if agent not in (None, self.agent) else f"team {team}"
+            raise NotFound(f"no {named} for this key")
+        return self.agent, self.team
+
+    def viewer(self, agent: str | None, team: str | None) -> Viewer:
+        """What an agent-facing read (recall, memory search) may see: the agent and team the request acts as. An
+        admin key naming nobody recalls as the default agent, shared memory only, so that a client from before
+        scopes never receives a named agent's private memory; admin keys see every scope on the admin routes."""
+        acting_agent, acting_team = self.acting_as(agent, team)
+        return Viewer(agent=acting_agent, team=acting_team)

@@ -25,6 +25,7 @@ from mnemoflow.events import ToolResultIn, TurnIn
 from mnemoflow.health import Check, run_checks
 from mnemoflow.memory.recall.recaller import Recaller
 from mnemoflow.ratelimit import RateLimiter
+from mnemoflow.scopes import Caller
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.tracing import TRACE_HEADERS, Tracing, extract_headers, inject_headers
 from serving.bus import EventBus, Headers
@@ -36,7 +37,7 @@ from serving.routes_governance import governance_router
 from serving.routes_memory import memory_router
 from serving.routes_offload import offload_router
 from serving.routes_proxy import proxy_router
-from serving.security import BodyLimit, KeyRing, TenantGate
+from serving.security import BodyLimit, KeyRing, TenantGate, acting
 from serving.ui import install_ui
 
 log = logging.getLogger(__name__)
@@ -71,12 +72,12 @@ def create_api(
     app.add_middleware(
         BodyLimit, max_bytes=settings.max_body_bytes, suffix_limits={"/import": settings.max_import_bytes}
     )
-    gate = TenantGate(KeyRing(settings.api_keys), RateLimiter(settings.rate_limit_for, timer))
+    gate = TenantGate(KeyRing(settings.api_keys, settings.agent_keys), RateLimiter(settings.rate_limit_for, timer))
     deps = ApiDeps(settings, bus, LocalFileStore(settings.data_dir), session_state, compact, recaller_factory)
     checks = dict(health_checks(deps)) if health_checks is not None else {}
     metrics = ApiMetrics()
     metrics.registry.register(GovernanceCollector(deps.files))
-    Tenant = Annotated[str, Depends(gate)]
+    Holder = Annotated[Caller, Depends(gate.caller)]
 
     @app.middleware("http")
     async def _observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -117,26 +118,31 @@ def create_api(
             yield inject_headers()
 
     @app.post("/v1/turns", status_code=202, response_model=Accepted)
-    async def submit_turns(batch: TurnBatch, tenant: Tenant, request: Request) -> Accepted:
-        """Append conversation messages; answers once Kafka acknowledged every one."""
-        with traced(request, tenant, len(batch.turns)) as headers:
-            n = await publish_turns(bus, tenant, batch.turns, datetime.now(UTC), headers)
+    async def submit_turns(batch: TurnBatch, caller: Holder, request: Request) -> Accepted:
+        """Append conversation messages; answers once Kafka acknowledged every one. A key bound to an agent or a
+        team submits as that agent or team (404 for a turn naming another)."""
+        turns = acting(caller, batch.turns)
+        with traced(request, caller.tenant, len(turns)) as headers:
+            n = await publish_turns(bus, caller.tenant, turns, datetime.now(UTC), headers)
         metrics.events.labels("turn").inc(n)
         return Accepted(accepted=n)
 
     @app.post("/v1/tool-results", status_code=202, response_model=Accepted)
-    async def submit_tool_results(batch: ToolResultBatch, tenant: Tenant, request: Request) -> Accepted:
-        """Offload tool outputs; each session's results go to the partition of its shard."""
-        with traced(request, tenant, len(batch.results)) as headers:
+    async def submit_tool_results(batch: ToolResultBatch, caller: Holder, request: Request) -> Accepted:
+        """Offload tool outputs; each session's results go to the partition of its shard. A bound key submits as
+        its agent or team, like turns."""
+        results = acting(caller, batch.results)
+        with traced(request, caller.tenant, len(results)) as headers:
             partitions, now = settings.shard_partitions, datetime.now(UTC)
-            n = await publish_tool_results(bus, partitions, tenant, batch.results, now, headers)
+            n = await publish_tool_results(bus, partitions, caller.tenant, results, now, headers)
         metrics.events.labels("tool_result").inc(n)
         return Accepted(accepted=n)
 
     @app.get("/v1/whoami", response_model=WhoAmI)
-    async def whoami(tenant: Tenant) -> WhoAmI:
-        """The key's tenant: lets a front door (the MCP server, an SDK user) check a key without writing."""
-        return WhoAmI(tenant=tenant)
+    async def whoami(caller: Holder) -> WhoAmI:
+        """The key's tenant, and the agent or team it is bound to: lets a front door (the MCP server, an SDK user)
+        check a key without writing."""
+        return WhoAmI(tenant=caller.tenant, agent=caller.agent, team=caller.team)
 
     app.include_router(offload_router(deps, gate))
     app.include_router(memory_router(deps, gate))

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from mnemoflow.config import TOPIC_COMMANDS
 from mnemoflow.errors import ServiceUnavailable
@@ -37,9 +37,12 @@ from mnemoflow.governance.operations import (
 )
 from mnemoflow.governance.status import OperationLog
 from mnemoflow.ids import SafeId
-from mnemoflow.memory.l1.models import MAX_CONTENT
+from mnemoflow.memory.l1.models import MAX_CONTENT, AtomDraft
 from mnemoflow.memory.l1.records import RecordLog
+from mnemoflow.memory.l1.scoping import decide_scope
+from mnemoflow.memory.l1.window import Author
 from mnemoflow.ports.vectors import AtomType
+from mnemoflow.scopes import ScopeKind, visibility_has_its_owner
 from mnemoflow.storage import Layout
 from serving.deps import ApiDeps, PathId
 
@@ -63,6 +66,18 @@ class MemoryIn(BaseModel):
     text: str = Field(min_length=1, max_length=MAX_CONTENT)
     type: AtomType = "persona"
     priority: int = Field(50, ge=-1, le=100)
+    agent: SafeId | None = Field(None, description="The agent it is remembered for (docs/concepts/scopes.md).")
+    team: SafeId | None = None
+    visibility: ScopeKind | None = Field(
+        None, description="'shared', 'team' or 'agent'; absent: by type (an instruction is the agent's own)."
+    )
+
+    _owned = model_validator(mode="after")(visibility_has_its_owner)
+
+    def scope(self) -> str:
+        """The memory's scope, as extraction decides it for a message of this agent."""
+        draft = AtomDraft(content=self.text, type=self.type, priority=self.priority, source_message_ids=("api",))
+        return decide_scope(draft, [], Author(self.agent, self.team), self.visibility)
 
 
 _POLL_SECONDS = 0.05
@@ -174,7 +189,8 @@ def governance_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
     ) -> JSONResponse:
         """Store a memory without extraction, through the similarity gate and dedup (a near-duplicate is
         skipped: the applied status says which)."""
-        return await submit(tenant, Remember(user=user, **body.model_dump()), idempotency_key, wait)
+        remember = Remember(user=user, text=body.text, type=body.type, priority=body.priority, scope=body.scope())
+        return await submit(tenant, remember, idempotency_key, wait)
 
     @router.delete("/v1/users/{user}", status_code=202, response_model=OperationStatus)
     async def erase_user(

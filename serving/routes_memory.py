@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from mnemoflow.client.models import AtomDrillDown, ConversationHitOut
 from mnemoflow.config import TOPIC_JOBS
+from mnemoflow.errors import NotFound
 from mnemoflow.ids import SafeId
 from mnemoflow.memory.l0 import L0Message, read_l0
 from mnemoflow.memory.l1.schedule import L1Job
@@ -16,12 +17,17 @@ from mnemoflow.memory.persona.generate import PersonaStore
 from mnemoflow.memory.recall.recaller import RecallHit, RecallResult
 from mnemoflow.memory.scenes.drilldown import drill_down as scene_refs
 from mnemoflow.memory.scenes.paths import ScenePaths
+from mnemoflow.scopes import Caller, Viewer
 from serving.deps import ApiDeps, PathId
+
+_AS = "Recall as this agent (and team): its private memory, its team's and the shared. A bound key is itself."
 
 
 class RecallRequest(BaseModel):
     user: SafeId
     query: str = Field(max_length=20_000, description="The user's new message (or the text to recall for).")
+    agent: SafeId | None = Field(None, description=_AS)
+    team: SafeId | None = None
 
 
 class MemorySearch(BaseModel):
@@ -29,6 +35,16 @@ class MemorySearch(BaseModel):
     query: str = Field(min_length=1, max_length=2000)
     limit: int = Field(5, ge=1, le=20)
     type: Literal["persona", "episodic", "instruction"] | None = None
+    agent: SafeId | None = Field(None, description=_AS)
+    team: SafeId | None = None
+
+
+def viewer_of(caller: Caller, agent: str | None, team: str | None) -> Viewer:
+    """What a read may see (docs/concepts/scopes.md); 404 when a bound key names another agent or team."""
+    try:
+        return caller.viewer(agent, team)
+    except NotFound as exc:
+        raise HTTPException(404, str(exc)) from exc
 
 
 class ConversationSearch(BaseModel):
@@ -45,18 +61,24 @@ class SessionEnd(BaseModel):
 def memory_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
     router = APIRouter(tags=["long-term memory"])
     Tenant = Annotated[str, Depends(tenant_dep)]
+    Holder = Annotated[Caller, Depends(tenant_dep.caller)]
 
     @router.post("/v1/recall", response_model=RecallResult)
-    async def recall(body: RecallRequest, tenant: Tenant) -> RecallResult:
+    async def recall(body: RecallRequest, caller: Holder) -> RecallResult:
         """Before a turn: ``prepend_context`` (L1 hits) and ``system_context`` (persona, scene navigation, tool
-        guide). On timeout it degrades to no hits with the persona still there."""
-        return await (await deps.recaller()).recall(tenant, body.user, body.query)
+        guide). On timeout it degrades to no hits with the persona still there. Hits are of the scopes the agent
+        may see, each with its scope; an admin key naming no agent recalls as the default agent (shared memory)."""
+        viewer = viewer_of(caller, body.agent, body.team)
+        return await (await deps.recaller()).recall(caller.tenant, body.user, body.query, viewer=viewer)
 
     @router.post("/v1/memory/search", response_model=list[RecallHit])
-    async def memory_search(body: MemorySearch, tenant: Tenant) -> list[RecallHit]:
-        """The agent tool: hybrid search over the user's atoms."""
+    async def memory_search(body: MemorySearch, caller: Holder) -> list[RecallHit]:
+        """The agent tool: hybrid search over the user's atoms that the agent may see."""
+        viewer = viewer_of(caller, body.agent, body.team)
         recaller = await deps.recaller()
-        return await asyncio.to_thread(recaller.memory_search, tenant, body.user, body.query, body.limit, body.type)
+        return await asyncio.to_thread(
+            recaller.memory_search, caller.tenant, body.user, body.query, body.limit, body.type, viewer
+        )
 
     @router.post("/v1/conversations/search", response_model=list[ConversationHitOut])
     async def conversation_search(body: ConversationSearch, tenant: Tenant) -> list[ConversationHitOut]:

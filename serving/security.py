@@ -1,44 +1,92 @@
-"""Per-tenant API keys, per-tenant rate limits and the request body limit."""
+"""Per-tenant API keys (admin keys, and keys bound to one agent or team), per-tenant rate limits and the request
+body limit."""
 
 from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 from fastapi import HTTPException, Request
 from pydantic import SecretStr
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mnemoflow.config import AgentKey
+from mnemoflow.errors import NotFound
+from mnemoflow.events import ToolResultIn, TurnIn
 from mnemoflow.ratelimit import RateLimiter, retry_after
+from mnemoflow.scopes import Caller
+
+ADMIN_ONLY = (
+    "this route needs a tenant admin key: a key bound to an agent or a team submits turns and tool results and "
+    "recalls, and reads nothing else yet (docs/concepts/scopes.md)"
+)
 
 
 class KeyRing:
-    """Maps an API key to its tenant with constant-time comparisons against every key.
+    """Maps an API key to its holder with constant-time comparisons against every key: a tenant's admin keys
+    (``api_keys``) and its keys bound to one agent or team (``agent_keys``, docs/concepts/scopes.md).
 
     A tenant may hold several keys (rotation: add the new key, move clients, remove the old one); settings refuse
-    a key shared by two tenants, so at most one tenant matches.
+    a key held twice, so at most one holder matches.
     """
 
-    def __init__(self, keys: dict[str, list[SecretStr]]) -> None:
-        self._keys = [(tenant, key.get_secret_value().encode()) for tenant, ring in keys.items() for key in ring]
+    def __init__(
+        self, keys: dict[str, list[SecretStr]], agent_keys: Mapping[str, list[AgentKey]] | None = None
+    ) -> None:
+        self._keys = [(Caller(tenant=t), key.get_secret_value().encode()) for t, ring in keys.items() for key in ring]
+        self._keys += [
+            (Caller(tenant=t, agent=k.agent, team=k.team), k.key.get_secret_value().encode())
+            for t, ring in (agent_keys or {}).items()
+            for k in ring
+        ]
 
-    def tenant_for(self, presented: str) -> str | None:
+    def caller_for(self, presented: str) -> Caller | None:
         candidate = presented.encode()
         found = None
-        for tenant, key in self._keys:
+        for caller, key in self._keys:
             if hmac.compare_digest(candidate, key):  # no early exit: timing does not tell which key matched
-                found = tenant
+                found = caller
         return found
 
-    def __call__(self, request: Request) -> str:
-        """FastAPI dependency: the caller's tenant, or 401."""
+    def tenant_for(self, presented: str) -> str | None:
+        """The tenant of an admin key (what the dashboard logs in with); None for a bound key or an unknown one."""
+        caller = self.caller_for(presented)
+        return caller.tenant if caller is not None and caller.admin else None
+
+    def caller(self, request: Request) -> Caller:
+        """The holder of the request's key, or 401."""
         header = request.headers.get("authorization", "")
         presented = header[7:] if header.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
-        tenant = self.tenant_for(presented) if presented else None
-        if tenant is None:
+        caller = self.caller_for(presented) if presented else None
+        if caller is None:
             raise HTTPException(401, "missing or unknown API key (send 'Authorization: Bearer <key>')")
-        return tenant
+        return caller
+
+    def __call__(self, request: Request) -> str:
+        """FastAPI dependency of the routes that read a tenant's memory unfiltered: the admin key's tenant, 401 for
+        an unknown key, 403 for a key bound to an agent or a team (fail closed until a route filters by scope)."""
+        caller = self.caller(request)
+        if not caller.admin:
+            raise HTTPException(403, ADMIN_ONLY)
+        return caller.tenant
+
+
+Submitted = TypeVar("Submitted", TurnIn, ToolResultIn)
+
+
+def acting(caller: Caller, items: Sequence[Submitted]) -> list[Submitted]:
+    """The submitted events as the key's holder: a bound key's agent and team filled in where the body left them
+    out; 404 when the body names another agent or team (as for another tenant's user), nothing published."""
+    out = []
+    for item in items:
+        try:
+            agent, team = caller.acting_as(item.agent, item.team)
+        except NotFound as exc:
+            raise HTTPException(404, str(exc)) from exc
+        out.append(item.model_copy(update={"agent": agent, "team": team}))
+    return out
 
 
 class TenantGate:
@@ -52,6 +100,13 @@ class TenantGate:
 
     def __call__(self, request: Request) -> str:
         return self.admit(self.keys(request))
+
+    def caller(self, request: Request) -> Caller:
+        """FastAPI dependency of the routes that act as an agent or team (submissions, recall): the key's holder,
+        admitted by its tenant's bucket."""
+        caller = self.keys.caller(request)
+        self.admit(caller.tenant)
+        return caller
 
     def admit(self, tenant: str) -> str:
         """The rate limit alone, for a tenant already resolved from a key (the dashboard's key is a cookie)."""

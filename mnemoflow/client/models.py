@@ -35,3 +35,6 @@ class WhoAmI(BaseModel):
     """The tenant an API key belongs to (``GET /v1/whoami``): how a front door checks a key without a write."""
 
     tenant: str
+    agent: str | None = None
+    """The agent a bound key acts as (docs/concepts/scopes.md); none for a tenant admin key."""
+    team: str | None = None

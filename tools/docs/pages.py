@@ -14,13 +14,13 @@ import tempfile
 import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
 import mnemoflow.config
-from mnemoflow.config import RateLimit, Retention, Settings
+from mnemoflow.config import AgentKey, RateLimit, Retention, Settings
 
 ENV_PREFIX = "MNEMOFLOW_"
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +34,8 @@ def type_name(annotation: Any) -> str:
     """How a reader writes the value: ``int``, ``str or unset``, ``"kafka" / "tansu"``, ``{tenant: Retention}``."""
     origin = get_origin(annotation)
     args = get_args(annotation)
+    if origin is Annotated:  # a constrained type (SafeId) reads as the type it constrains
+        return type_name(args[0])
     if origin is Literal:
         return " / ".join(json.dumps(a) for a in args)
     if origin in (Union, types.UnionType):
@@ -106,11 +108,11 @@ def settings_page() -> str:
         ),
         "",
     ]
-    for model, setting in ((Retention, "retention"), (RateLimit, "rate_limits")):
+    for model, setting in ((Retention, "retention"), (RateLimit, "rate_limits"), (AgentKey, "agent_keys")):
         lines += [
             f"## {model.__name__}",
             "",
-            f"A value of `{env_var(setting)}`, by tenant. {(model.__doc__ or '').strip()}",
+            f"A value of `{env_var(setting)}`, by tenant. {' '.join((model.__doc__ or '').split())}",
             "",
             *_table(("field", "type", "default", "what it does"), _rows(model, lambda name: f"`{name}`")),
             "",

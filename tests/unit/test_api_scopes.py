@@ -1,0 +1,172 @@
+"""Keys bound to an agent or a team through the HTTP API (docs/concepts/scopes.md): what they submit as, what they
+recall, and the 404 / 403 they get for anything else."""
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import ValidationError
+
+from mnemoflow.config import TOPIC_TURNS, Settings
+from mnemoflow.embedding import HashingEmbedder
+from mnemoflow.index import InMemoryVectorStore
+from mnemoflow.memory.recall.recaller import Recaller
+from mnemoflow.ports.vectors import AtomRow
+from mnemoflow.storage import LocalFileStore
+from mnemoflow.testing import ListBus
+from serving.api import create_api
+
+EMB = HashingEmbedder(64)
+T0 = datetime(2026, 4, 2, 15, 30, tzinfo=UTC)
+KEYS = {
+    "api_keys": {"acme": "k-admin", "other": "k-other"},
+    "agent_keys": {
+        "acme": [
+            {"key": "k-coder", "agent": "coder", "team": "eng"},
+            {"key": "k-support", "agent": "support", "team": "help"},
+            {"key": "k-eng", "team": "eng"},
+        ]
+    },
+}
+ATOMS = [
+    ("a1", "Ana drinks oat milk", "shared"),
+    ("a2", "Answer Ana about milk in short bullet points", "agent:coder"),
+    ("a3", "Ana asked support about a refund for the milk frother", "agent:support"),
+    ("a4", "Ana's milk order ships on Fridays", "team:eng"),
+]
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[TestClient, ListBus]:
+    store = InMemoryVectorStore(dim=64, embedding_model=EMB.model_id)
+    store.upsert(
+        [
+            AtomRow(
+                id=i,
+                tenant="acme",
+                user="ana",
+                type="persona",
+                priority=60,
+                text=text,
+                vector=EMB.embed([text])[0],
+                created=T0,
+                updated=T0 + timedelta(days=1),
+                scope=scope,
+            )
+            for i, text, scope in ATOMS
+        ]
+    )
+    files, bus = LocalFileStore(tmp_path), ListBus()
+    recaller = Recaller(store=store, embedder=EMB, files=files)
+    app = create_api(Settings(data_dir=tmp_path, **KEYS), bus, recaller_factory=lambda: recaller)
+    return TestClient(app), bus
+
+
+def found(client: TestClient, key: str, **body: str) -> set[str]:
+    response = client.post("/v1/memory/search", json={"user": "ana", "query": "milk", **body}, headers=auth(key))
+    assert response.status_code == 200, response.text
+    return {h["id"] for h in response.json()}
+
+
+def test_a_bound_key_recalls_shared_its_teams_and_its_own_memory_and_nothing_else(setup) -> None:
+    client, _ = setup
+    assert found(client, "k-coder") == {"a1", "a2", "a4"}
+    assert found(client, "k-support") == {"a1", "a3"}
+    assert found(client, "k-eng") == {"a1", "a4"}  # a team key acts as the team, with no agent of its own
+    recall = client.post("/v1/recall", json={"user": "ana", "query": "milk for Ana"}, headers=auth("k-coder")).json()
+    assert {(h["id"], h["scope"]) for h in recall["hits"]} == {
+        ("a1", "shared"),
+        ("a2", "agent:coder"),
+        ("a4", "team:eng"),
+    }
+    assert "refund" not in recall["prepend_context"]
+
+
+def test_whatever_the_body_says_a_bound_key_reads_no_other_agents_or_teams_memory(setup) -> None:
+    client, _ = setup
+    for key, body in (
+        ("k-coder", {"agent": "support"}),
+        ("k-coder", {"team": "help"}),
+        ("k-eng", {"agent": "coder"}),
+        ("k-support", {"agent": "coder", "team": "eng"}),
+    ):
+        for path in ("/v1/memory/search", "/v1/recall"):
+            response = client.post(path, json={"user": "ana", "query": "milk", **body}, headers=auth(key))
+            assert response.status_code == 404 and "for this key" in response.json()["detail"]
+    assert found(client, "k-coder", agent="coder", team="eng") == {"a1", "a2", "a4"}  # naming itself is fine
+
+
+def test_an_admin_key_recalls_as_the_agent_it_names_and_as_the_default_agent_when_it_names_none(setup) -> None:
+    """An old client (an admin key, no agent) recalls shared memory only: it never gets a named agent's notes."""
+    client, _ = setup
+    assert found(client, "k-admin") == {"a1"}
+    assert found(client, "k-admin", agent="support") == {"a1", "a3"}
+    assert found(client, "k-admin", agent="coder", team="eng") == {"a1", "a2", "a4"}
+    assert found(client, "k-other") == set()  # another tenant
+
+
+def test_a_bound_key_submits_as_itself_and_never_as_another_agent(setup) -> None:
+    client, bus = setup
+    turn = {"message_id": "m1", "user": "ana", "session": "s1", "role": "user", "content": "hi"}
+    assert client.post("/v1/turns", json={"turns": [turn]}, headers=auth("k-coder")).status_code == 202
+    [(topic, [(_, value, _)])] = bus.sent
+    event = json.loads(value)
+    assert (topic, event["tenant"], event["agent"], event["team"]) == (TOPIC_TURNS, "acme", "coder", "eng")
+    other = {**turn, "agent": "support"}
+    refused = client.post("/v1/turns", json={"turns": [turn, other]}, headers=auth("k-coder"))
+    assert refused.status_code == 404 and "no agent support for this key" in refused.json()["detail"]
+    tool = {"tool_call_id": "c1", "session": "s1", "tool_name": "ls", "content": "", "team": "help"}
+    assert client.post("/v1/tool-results", json={"results": [tool]}, headers=auth("k-coder")).status_code == 404
+    assert len(bus.sent) == 1  # nothing of a refused batch was published
+    admin = client.post("/v1/turns", json={"turns": [other]}, headers=auth("k-admin"))
+    assert admin.status_code == 202 and json.loads(bus.sent[-1][1][0][1])["agent"] == "support"
+    who = client.get("/v1/whoami", headers=auth("k-eng")).json()
+    assert who == {"tenant": "acme", "agent": None, "team": "eng"}
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/users/ana/conversations", "/v1/users/ana/atoms", "/v1/users/ana/export", "/v1/users/ana/persona"]
+)
+def test_routes_that_read_unfiltered_need_an_admin_key(setup, path: str) -> None:
+    client, _ = setup
+    response = client.get(path, headers=auth("k-coder"))
+    assert response.status_code == 403 and "needs a tenant admin key" in response.json()["detail"]
+    assert client.get(path, headers=auth("k-admin")).status_code != 403
+
+
+@pytest.mark.parametrize(
+    ("agent_keys", "reason"),
+    [
+        ({"acme": [{"key": "k-admin", "agent": "coder"}]}, "admin key of tenant 'acme' and the key of agent coder"),
+        ({"acme": [{"key": "k", "agent": "a"}, {"key": "k", "agent": "b"}]}, "are the same"),
+        ({"acme": [{"key": "k"}]}, "names its agent or its team"),
+        ({"acme": [{"key": "", "team": "eng"}]}, "is empty"),
+        ({"acme": [{"key": "k", "agent": "../x"}]}, "invalid id"),
+    ],
+)
+def test_agent_keys_are_refused_when_they_bind_nothing_or_are_held_twice(agent_keys: dict, reason: str) -> None:
+    with pytest.raises(ValidationError, match=reason):
+        Settings(api_keys={"acme": "k-admin"}, agent_keys=agent_keys)
+
+
+def test_agent_keys_reach_a_child_process_intact() -> None:
+    settings = Settings(**KEYS)
+    env = settings.to_env()
+    assert json.loads(env["MNEMOFLOW_AGENT_KEYS"])["acme"][0] == {"key": "k-coder", "agent": "coder", "team": "eng"}
+
+
+def test_a_remembered_memory_takes_its_scope_as_an_extracted_one_would() -> None:
+    from serving.routes_governance import MemoryIn
+
+    assert MemoryIn(text="Ana likes tea").scope() == "shared"
+    assert MemoryIn(text="Ana likes tea", agent="coder").scope() == "shared"  # a fact about the user
+    assert MemoryIn(text="Reply in French", type="instruction", agent="coder").scope() == "agent:coder"
+    assert MemoryIn(text="Ana likes tea", agent="coder", team="eng", visibility="team").scope() == "team:eng"
+    with pytest.raises(ValidationError, match="visibility 'team' needs a team"):
+        MemoryIn(text="Ana likes tea", agent="coder", visibility="team")
