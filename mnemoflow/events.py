@@ -28,9 +28,15 @@ def _utc(ts: datetime) -> datetime:
 
 
 _AGENT = Field(
-    None, description="The agent that had this conversation (docs/concepts/scopes.md); none: the default agent."
+    None,
+    description="The agent that had this conversation (docs/concepts/scopes.md); none: the default agent.",
+    exclude_if=lambda v: v is None,
 )
-_TEAM = Field(None, description="The agent's team; its memories marked 'team' are shared within it.")
+_TEAM = Field(
+    None,
+    description="The agent's team; its memories marked 'team' are shared within it.",
+    exclude_if=lambda v: v is None,
+)
 _UNSET_IS_ABSENT = Field(None, exclude_if=lambda v: v is None)
 """An event of a client that names no agent is the same JSON as before scopes, so a worker of the previous release
 still reads it during a rolling upgrade (the events forbid unknown fields)."""
@@ -59,6 +65,7 @@ class TurnIn(_Strict):
         None,
         description="Who may see the memories of this message: 'shared' (every agent of the user), 'team' or "
         "'agent' (only this one); absent: decided by the kind of memory (facts about the user are shared).",
+        exclude_if=lambda v: v is None,
     )
 
     _owned = model_validator(mode="after")(visibility_has_its_owner)

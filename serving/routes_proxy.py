@@ -49,10 +49,9 @@ class StackMemory:
             publish_tool_results(self._deps.bus, partitions, tenant, results, now) if results else asyncio.sleep(0),
         )
 
-    async def recall(self, tenant: str, user: str, query: str) -> RecallResult:
-        """As the default agent (shared memory only) until the proxy names agents (docs/concepts/scopes.md): its
-        captures name none, and a named agent's private memory must not reach its prompts."""
-        return await (await self._deps.recaller()).recall(tenant, user, query, viewer=Viewer())
+    async def recall(self, tenant: str, user: str, query: str, viewer: Viewer) -> RecallResult:
+        """As the agent the request names in its headers, else the default agent: shared memory only."""
+        return await (await self._deps.recaller()).recall(tenant, user, query, viewer=viewer)
 
     async def recall_version(self, tenant: str, user: str) -> str | None:
         """The atom index's version and a digest of the persona and scene files that recall renders (read raw,

@@ -82,8 +82,28 @@ def batches(items: Sequence[TurnIn | ToolResultIn], batch: int, max_chars: int =
     return out
 
 
-def submit(items: list[TurnIn] | list[ToolResultIn]) -> Call[int]:
+@dataclass(frozen=True)
+class Acting:
+    """The agent, and its team, a client acts as (docs/concepts/scopes.md): named on every submitted event that
+    names none and on every recall. Neither: the default agent, or whatever the client's key is bound to."""
+
+    agent: str | None = None
+    team: str | None = None
+
+    def body(self) -> dict[str, str]:
+        """The fields a recall body gains: only those set, so a client naming no agent sends what it always did."""
+        return {k: v for k, v in (("agent", self.agent), ("team", self.team)) if v is not None}
+
+    def stamp(self, items: list[Any]) -> list[Any]:
+        """Events of one kind with this agent and team where they name neither."""
+        if not self.body():
+            return items
+        return [i if i.agent or i.team else i.model_copy(update=self.body()) for i in items]
+
+
+def submit(items: list[TurnIn] | list[ToolResultIn], acting: Acting = Acting()) -> Call[int]:
     """One batch of one kind (see :func:`batches`); answers how many were accepted (all, once Kafka has them)."""
+    items = acting.stamp(items)
     if isinstance(items[0], TurnIn):
         body = {"turns": [i.model_dump(mode="json") for i in items]}
         return Call("POST", "/v1/turns", lambda r: Accepted.model_validate_json(r.content).accepted, json=body)
@@ -95,14 +115,19 @@ def whoami() -> Call[str]:
     return Call("GET", "/v1/whoami", lambda r: WhoAmI.model_validate_json(r.content).tenant)
 
 
-def recall(user: str, query: str) -> Call[RecallResult]:
-    return Call("POST", "/v1/recall", _model(RecallResult), json={"user": user, "query": query})
+def recall(user: str, query: str, acting: Acting = Acting()) -> Call[RecallResult]:
+    body = {"user": user, "query": query, **acting.body()}
+    return Call("POST", "/v1/recall", _model(RecallResult), json=body)
 
 
 def memory_search(
-    user: str, query: str, limit: int = 5, type: Literal["persona", "episodic", "instruction"] | None = None
+    user: str,
+    query: str,
+    limit: int = 5,
+    type: Literal["persona", "episodic", "instruction"] | None = None,
+    acting: Acting = Acting(),
 ) -> Call[list[RecallHit]]:
-    body = {"user": user, "query": query, "limit": limit, "type": type}
+    body = {"user": user, "query": query, "limit": limit, "type": type, **acting.body()}
     return Call("POST", "/v1/memory/search", _list(RecallHit), json=body)
 
 

@@ -66,6 +66,9 @@ def _headers(api_key: str, headers: dict[str, str] | None) -> dict[str, str]:
 class Client:
     """Synchronous client. ``http`` replaces the httpx client (a test client, custom TLS); it gets the key header.
 
+    ``agent`` and ``team``: the agent this client is (docs/concepts/scopes.md), named on the events it submits and
+    on its recalls; with a key bound to an agent, leave them out (or name the same).
+
     >>> with Client("http://127.0.0.1:8000", "KEY") as mf:  # doctest: +SKIP
     ...     mf.submit([TurnIn(message_id="m1", user="u", session="s", role="user", content="I live in Porto")])
     ...     print(mf.recall("u", "where do I live?").prepend_context)
@@ -80,10 +83,13 @@ class Client:
         retry: RetryPolicy = DEFAULT_RETRY,
         headers: dict[str, str] | None = None,
         http: httpx.Client | None = None,
+        agent: str | None = None,
+        team: str | None = None,
     ) -> None:
         self._http = http or httpx.Client(base_url=base_url, timeout=timeout)
         self._http.headers.update(_headers(api_key, headers))
         self._retry = retry
+        self._acting = calls.Acting(agent, team)
 
     def __enter__(self) -> Client:
         return self
@@ -120,16 +126,16 @@ class Client:
 
     def submit(self, items: Sequence[TurnIn | ToolResultIn], batch: int = 200) -> int:
         """Turns and tool results in order, in batches of one kind; returns how many Kafka acknowledged."""
-        return sum(self.send(calls.submit(chunk)) for chunk in calls.batches(items, batch))
+        return sum(self.send(calls.submit(chunk, self._acting)) for chunk in calls.batches(items, batch))
 
     def whoami(self) -> str:
         return self.send(calls.whoami())
 
     def recall(self, user: str, query: str) -> RecallResult:
-        return self.send(calls.recall(user, query))
+        return self.send(calls.recall(user, query, self._acting))
 
     def memory_search(self, user: str, query: str, limit: int = 5, type: AtomKind | None = None) -> list[RecallHit]:
-        return self.send(calls.memory_search(user, query, limit, type))
+        return self.send(calls.memory_search(user, query, limit, type, self._acting))
 
     def conversation_search(
         self, user: str, query: str, limit: int = 5, session: str | None = None
@@ -234,10 +240,13 @@ class AsyncClient:
         retry: RetryPolicy = DEFAULT_RETRY,
         headers: dict[str, str] | None = None,
         http: httpx.AsyncClient | None = None,
+        agent: str | None = None,
+        team: str | None = None,
     ) -> None:
         self._http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout)
         self._http.headers.update(_headers(api_key, headers))
         self._retry = retry
+        self._acting = calls.Acting(agent, team)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -274,18 +283,18 @@ class AsyncClient:
                 yield item
 
     async def submit(self, items: Sequence[TurnIn | ToolResultIn], batch: int = 200) -> int:
-        return sum([await self.send(calls.submit(chunk)) for chunk in calls.batches(items, batch)])
+        return sum([await self.send(calls.submit(chunk, self._acting)) for chunk in calls.batches(items, batch)])
 
     async def whoami(self) -> str:
         return await self.send(calls.whoami())
 
     async def recall(self, user: str, query: str) -> RecallResult:
-        return await self.send(calls.recall(user, query))
+        return await self.send(calls.recall(user, query, self._acting))
 
     async def memory_search(
         self, user: str, query: str, limit: int = 5, type: AtomKind | None = None
     ) -> list[RecallHit]:
-        return await self.send(calls.memory_search(user, query, limit, type))
+        return await self.send(calls.memory_search(user, query, limit, type, self._acting))
 
     async def conversation_search(
         self, user: str, query: str, limit: int = 5, session: str | None = None

@@ -70,10 +70,18 @@ def _tool_call_id(raw: Any) -> str:
 
 
 def plan_capture(
-    messages: Sequence[Message], user: str, session: str, captured: frozenset[str], now: datetime
+    messages: Sequence[Message],
+    user: str,
+    session: str,
+    captured: frozenset[str],
+    now: datetime,
+    *,
+    agent: str | None = None,
+    team: str | None = None,
 ) -> Capture:
     """Turns (user and assistant text) and tool results (with their call's name and arguments) not in
-    ``captured``. System messages and mnemoflow's own injections are not conversation and are skipped."""
+    ``captured``, as the named agent's (none: the default agent's). System messages and mnemoflow's own injections
+    are not conversation and are skipped."""
     seen: Counter[tuple[str, str]] = Counter()
     calls: dict[str, tuple[str, str]] = {}
     turns: list[TurnIn] = []
@@ -95,7 +103,16 @@ def plan_capture(
             ids.add(mid)
             if mid not in captured:
                 turns.append(
-                    TurnIn(message_id=mid, user=user, session=session, role=role, content=text[:MAX_TEXT_CHARS], ts=now)
+                    TurnIn(
+                        message_id=mid,
+                        user=user,
+                        session=session,
+                        role=role,
+                        content=text[:MAX_TEXT_CHARS],
+                        ts=now,
+                        agent=agent,
+                        team=team,
+                    )
                 )
         elif role == "tool":
             raw_id = m.get("tool_call_id")
@@ -117,12 +134,23 @@ def plan_capture(
                     arguments=args,
                     content=content,
                     ts=now,
+                    agent=agent,
+                    team=team,
                 )
             )
     return Capture(turns, results, frozenset(ids), skipped)
 
 
-def answer_turn(messages: Sequence[Message], text: str, user: str, session: str, now: datetime) -> TurnIn | None:
+def answer_turn(
+    messages: Sequence[Message],
+    text: str,
+    user: str,
+    session: str,
+    now: datetime,
+    *,
+    agent: str | None = None,
+    team: str | None = None,
+) -> TurnIn | None:
     """The upstream's answer as the assistant turn it will be when the agent sends it back next request (same
     id), or None when it has no text (a pure tool call)."""
     text = text.strip()
@@ -134,7 +162,10 @@ def answer_turn(messages: Sequence[Message], text: str, user: str, session: str,
         if m.get("role") == "assistant" and not is_injected(m) and text_of(m.get("content")).strip() == text
     )
     mid = turn_id(session, "assistant", text, earlier + 1)
-    return TurnIn(message_id=mid, user=user, session=session, role="assistant", content=text[:MAX_TEXT_CHARS], ts=now)
+    content = text[:MAX_TEXT_CHARS]
+    return TurnIn(
+        message_id=mid, user=user, session=session, role="assistant", content=content, ts=now, agent=agent, team=team
+    )
 
 
 class CaptureLog:

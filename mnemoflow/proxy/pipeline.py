@@ -45,6 +45,7 @@ from mnemoflow.offload.replies import CompactReply
 from mnemoflow.proxy.capture import Capture, CaptureLog, answer_turn, plan_capture, text_of
 from mnemoflow.proxy.inject import inject_recall, recall_tokens
 from mnemoflow.replay import safe_id
+from mnemoflow.scopes import Viewer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -52,6 +53,7 @@ U = TypeVar("U")
 
 Message = dict[str, Any]
 USER_HEADER, SESSION_HEADER, WINDOW_HEADER = "x-mnemoflow-user", "x-mnemoflow-session", "x-mnemoflow-window"
+AGENT_HEADER, TEAM_HEADER = "x-mnemoflow-agent", "x-mnemoflow-team"
 
 
 class ChatRequest(BaseModel):
@@ -68,11 +70,18 @@ class ChatRequest(BaseModel):
 
 
 class Identity(BaseModel):
-    """Who is talking: the tenant comes from the API key; user and session from headers or the body."""
+    """Who is talking: the tenant comes from the API key; user and session from headers or the body; the agent and
+    its team from headers (none: the default agent, whose memory is shared; docs/concepts/scopes.md)."""
 
     user: str
     session: str
     window: int | None
+    agent: str | None = None
+    team: str | None = None
+
+    @property
+    def viewer(self) -> Viewer:
+        return Viewer(agent=self.agent, team=self.team)
 
 
 def _as_id(raw: str) -> str:
@@ -82,16 +91,31 @@ def _as_id(raw: str) -> str:
         return safe_id(raw)
 
 
+def _named(headers: Mapping[str, str], header: str) -> str | None:
+    """An agent or team id from its header, checked: it decides what memory the request sees, so a value that is
+    not an id is refused rather than mapped to one."""
+    raw = headers.get(header)
+    if not raw:
+        return None
+    try:
+        return check_id(raw)
+    except ValueError as exc:
+        raise InvalidInput(f"{header}: {exc}") from exc
+
+
 def identify(body: ChatRequest, headers: Mapping[str, str], settings: Settings) -> Identity:
     """User: ``X-Mnemoflow-User``, else the request's ``user`` field, else ``default``. Session:
-    ``X-Mnemoflow-Session``, else derived from the user and the conversation's first message, so one agent
-    conversation keeps one session without a header. Window: ``X-Mnemoflow-Window``, else per model in
-    settings. Values that are not ids are mapped to stable ids (readable prefix plus a hash)."""
+    ``X-Mnemoflow-Session``, else derived from the user (and the agent, when one is named) and the conversation's
+    first message, so one agent conversation keeps one session without a header. Window: ``X-Mnemoflow-Window``,
+    else per model in settings. Values that are not ids are mapped to stable ids (readable prefix plus a hash);
+    ``X-Mnemoflow-Agent`` and ``X-Mnemoflow-Team`` must be ids."""
     user = _as_id(headers.get(USER_HEADER) or body.user or "default")
+    agent, team = _named(headers, AGENT_HEADER), _named(headers, TEAM_HEADER)
     session = headers.get(SESSION_HEADER)
     if not session:
         first = next((m for m in body.messages if m.get("role") != "system"), body.messages[0])
-        digest = hashlib.sha256(f"{user}\0{text_of(first.get('content'))}".encode()).hexdigest()[:20]
+        who = user if agent is None else f"{user}\0{agent}"  # two agents opening alike keep two sessions
+        digest = hashlib.sha256(f"{who}\0{text_of(first.get('content'))}".encode()).hexdigest()[:20]
         session = f"chat-{digest}"
     raw_window = headers.get(WINDOW_HEADER)
     if raw_window is not None:
@@ -100,7 +124,7 @@ def identify(body: ChatRequest, headers: Mapping[str, str], settings: Settings) 
         window: int | None = int(raw_window)
     else:
         window = settings.proxy_windows.get(body.model, settings.proxy_default_window)
-    return Identity(user=user, session=_as_id(session), window=window)
+    return Identity(user=user, session=_as_id(session), window=window, agent=agent, team=team)
 
 
 class MemorySide(Protocol):
@@ -108,7 +132,7 @@ class MemorySide(Protocol):
 
     async def publish(self, tenant: str, turns: list[TurnIn], results: list[ToolResultIn]) -> None: ...
 
-    async def recall(self, tenant: str, user: str, query: str) -> RecallResult: ...
+    async def recall(self, tenant: str, user: str, query: str, viewer: Viewer) -> RecallResult: ...
 
     async def recall_version(self, tenant: str, user: str) -> str | None:
         """A token that changes with every write to what recall reads for this user (atom index, persona,
@@ -192,8 +216,9 @@ class MemoryProxy:
         ident = out.identity
         key = (tenant, ident.session)
         publishing = self._publishing.get(key, frozenset())
+        captured = self._captures.captured(*key) | publishing
         plan = plan_capture(
-            body.messages, ident.user, ident.session, self._captures.captured(*key) | publishing, self._clock()
+            body.messages, ident.user, ident.session, captured, self._clock(), agent=ident.agent, team=ident.team
         )
         if plan.turns or plan.results:
             # Published by prepare once the memory side is done. What another request is still publishing is not
@@ -281,20 +306,25 @@ class MemoryProxy:
         (text, turn), key = query, (tenant, ident.session)
         version = await self._memory.recall_version(tenant, ident.user)
         kept = self._recalls.pop(key)
-        if kept is not None and version is not None and (kept.turn, kept.version) == (turn, version):
+        if (
+            kept is not None
+            and version is not None
+            and (kept.turn, kept.version, kept.viewer) == (turn, version, ident.viewer)
+        ):
             self._recalls.put(key, kept)
             return kept.result
-        result = await self._memory.recall(tenant, ident.user, text)
+        result = await self._memory.recall(tenant, ident.user, text, ident.viewer)
         user = (tenant, ident.user)
         self._largest.put(user, max(recall_tokens(result), self._largest.pop(user) or 0))
         if version is not None:
-            self._recalls.put(key, _KeptRecall(turn, version, result))
+            self._recalls.put(key, _KeptRecall(turn, version, result, ident.viewer))
         return result
 
     async def capture_answer(self, tenant: str, prepared: Prepared, sent: list[Message], text: str) -> bool:
         """Publish the upstream's answer as an assistant turn (the id it will have when the agent sends it back);
         False when there was nothing to capture or publishing failed (logged: the answer is already delivered)."""
-        turn = answer_turn(sent, text, prepared.identity.user, prepared.identity.session, self._clock())
+        ident = prepared.identity
+        turn = answer_turn(sent, text, ident.user, ident.session, self._clock(), agent=ident.agent, team=ident.team)
         if turn is None:
             return False
         try:
@@ -307,11 +337,12 @@ class MemoryProxy:
 
 @dataclass(frozen=True)
 class _KeptRecall:
-    """A session's last recall: for which user message, at which version of the user's memory."""
+    """A session's last recall: for which user message, at which version of the user's memory, seen by whom."""
 
     turn: str
     version: str
     result: RecallResult
+    viewer: Viewer
 
 
 def _latest_query(messages: list[Message]) -> tuple[str, str] | None:

@@ -211,3 +211,18 @@ def test_the_async_client_sends_the_idempotency_key_too(setup: tuple) -> None:  
 
     first, again, n = asyncio.run(run())
     assert first == again and first.startswith("sdk-") and n >= 2
+
+
+def test_a_client_of_an_agent_names_it_on_its_events_and_recalls_and_one_of_none_sends_what_it_always_did() -> None:
+    """docs/concepts/scopes.md: the SDK takes the agent from its configuration."""
+    plain = api_calls.submit([turn()])
+    assert "agent" not in plain.json["turns"][0] and api_calls.recall("u", "q").json == {"user": "u", "query": "q"}
+    coder = api_calls.Acting("coder", "eng")
+    stamped = api_calls.submit([turn(), turn().model_copy(update={"agent": "sub"})], coder).json["turns"]
+    assert [(t["agent"], t.get("team")) for t in stamped] == [("coder", "eng"), ("sub", None)]  # a named one stays
+    assert api_calls.recall("u", "q", coder).json == {"user": "u", "query": "q", "agent": "coder", "team": "eng"}
+    assert api_calls.memory_search("u", "q", acting=coder).json["agent"] == "coder"
+    transport, seen = scripted([202])
+    with Client("http://mf", "k", http=httpx.Client(transport=transport, base_url="http://mf"), agent="coder") as mf:
+        assert mf.submit([turn()]) == 1
+    assert json.loads(seen[0].content)["turns"][0]["agent"] == "coder"

@@ -14,6 +14,7 @@ from mnemoflow.proxy.answer import StreamedAnswer, answer_text
 from mnemoflow.proxy.capture import CaptureLog, answer_turn, plan_capture
 from mnemoflow.proxy.inject import inject_recall, recall_tokens
 from mnemoflow.proxy.pipeline import ChatRequest, MemoryProxy, Prepared, identify
+from mnemoflow.scopes import Viewer
 from mnemoflow.storage import LocalFileStore
 
 NOW = datetime(2026, 5, 1, 12, tzinfo=UTC)
@@ -100,6 +101,24 @@ def test_identity_from_headers_body_and_settings() -> None:
         identify(body, {"x-mnemoflow-window": "lots"}, settings)
 
 
+def test_the_agent_and_its_team_come_from_headers_and_must_be_ids() -> None:
+    """docs/concepts/scopes.md: the proxy captures and recalls as the agent it is told; none is the default agent."""
+    settings = Settings()
+    body = ChatRequest(model="m", messages=ARRAY, user="ana")
+    plain = identify(body, {}, settings)
+    assert (plain.agent, plain.team, plain.viewer) == (None, None, Viewer())
+    coder = identify(body, {"x-mnemoflow-agent": "coder", "x-mnemoflow-team": "eng"}, settings)
+    assert coder.viewer == Viewer(agent="coder", team="eng")
+    assert coder.session != plain.session  # two agents opening the same conversation keep two sessions
+    with pytest.raises(InvalidInput, match="x-mnemoflow-agent"):
+        identify(body, {"x-mnemoflow-agent": "../other"}, settings)
+    plan = plan_capture(ARRAY, "ana", "s1", frozenset(), NOW, agent="coder", team="eng")
+    assert {(t.agent, t.team) for t in [*plan.turns, *plan.results]} == {("coder", "eng")}
+    answer = answer_turn(ARRAY, "ok", "ana", "s1", NOW, agent="coder", team="eng")
+    assert answer is not None and (answer.agent, answer.team) == ("coder", "eng")
+    assert {t.agent for t in plan_capture(ARRAY, "ana", "s1", frozenset(), NOW).turns} == {None}
+
+
 def test_streamed_answer_is_read_across_chunk_boundaries() -> None:
     stream = (
         b'data: {"choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n'
@@ -127,7 +146,7 @@ class FlakyMemory:
             raise ConnectionError("broker away")
         self.published.append([t.message_id for t in turns])
 
-    async def recall(self, tenant: str, user: str, query: str) -> RecallResult:
+    async def recall(self, tenant: str, user: str, query: str, viewer: Viewer) -> RecallResult:
         return RecallResult(prepend_context="", system_context="", hits=[], persona="")
 
     async def recall_version(self, tenant: str, user: str) -> str | None:
@@ -224,6 +243,7 @@ class ScriptedMemory:
         self._concurrent = concurrent
         self.refuse_below = 0
         self._compacting = asyncio.Event()
+        self.viewers: list[Viewer] = []
 
     async def publish(self, tenant: str, turns: list, results: list) -> None:
         return None
@@ -231,8 +251,9 @@ class ScriptedMemory:
     async def recall_version(self, tenant: str, user: str) -> str | None:
         return self.version
 
-    async def recall(self, tenant: str, user: str, query: str) -> RecallResult:
+    async def recall(self, tenant: str, user: str, query: str, viewer: Viewer) -> RecallResult:
         self.recalls += 1
+        self.viewers.append(viewer)
         if self._concurrent:
             await asyncio.wait_for(self._compacting.wait(), 5)
         return self.result
@@ -324,3 +345,17 @@ def test_a_recall_is_reused_only_while_the_users_memory_is_unchanged(tmp_path: P
     memory.version = None  # a store that cannot tell: every request recalls
     _prepare(proxy, body, times=2)
     assert memory.recalls == 4
+
+
+def test_the_proxy_recalls_as_the_agent_its_headers_name_and_keeps_no_recall_across_agents(tmp_path: Path) -> None:
+    memory = ScriptedMemory(RecallResult(prepend_context="tea", system_context="", hits=[], persona=""), False)
+    proxy = MemoryProxy(memory, CaptureLog(LocalFileStore(tmp_path, fsync=False)), Settings(), clock=lambda: NOW)
+    body = ChatRequest(model="m", messages=ARRAY[:2])
+
+    async def ask(headers: dict[str, str]) -> None:
+        await proxy.prepare("acme", body, {"x-mnemoflow-session": "s1", **headers})
+
+    asyncio.run(ask({}))
+    asyncio.run(ask({"x-mnemoflow-agent": "coder", "x-mnemoflow-team": "eng"}))
+    asyncio.run(ask({"x-mnemoflow-agent": "coder", "x-mnemoflow-team": "eng"}))  # the same agent's tool step
+    assert memory.viewers == [Viewer(), Viewer(agent="coder", team="eng")]
