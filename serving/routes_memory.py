@@ -52,6 +52,8 @@ class ConversationSearch(BaseModel):
     query: str = Field(min_length=1, max_length=2000)
     limit: int = Field(5, ge=1, le=50)
     session: SafeId | None = None
+    agent: SafeId | None = Field(None, description=_AS)
+    team: SafeId | None = None
 
 
 class SessionEnd(BaseModel):
@@ -81,11 +83,13 @@ def memory_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         )
 
     @router.post("/v1/conversations/search", response_model=list[ConversationHitOut])
-    async def conversation_search(body: ConversationSearch, tenant: Tenant) -> list[ConversationHitOut]:
-        """The agent tool: search the user's raw conversation (L0)."""
+    async def conversation_search(body: ConversationSearch, caller: Holder) -> list[ConversationHitOut]:
+        """The agent tool: search the user's raw conversation (L0), the messages the agent may read (its own, its
+        team's, and those of the default agent)."""
+        viewer = viewer_of(caller, body.agent, body.team)
         recaller = await deps.recaller()
         hits = await asyncio.to_thread(
-            recaller.conversation_search, tenant, body.user, body.query, body.limit, body.session
+            recaller.conversation_search, caller.tenant, body.user, body.query, body.limit, body.session, viewer
         )
         return [ConversationHitOut(message=h.message, score=h.score) for h in hits]
 
@@ -101,12 +105,15 @@ def memory_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         return read_l0(deps.files, tenant, user, day=day, limit=limit, offset=offset)
 
     @router.get("/v1/users/{user}/atoms/{atom_id}", response_model=AtomDrillDown)
-    async def atom(user: PathId, atom_id: PathId, tenant: Tenant) -> AtomDrillDown:
-        """Drill-down: an atom → its record (even when superseded) → the L0 messages it came from."""
-        found = (await deps.recaller()).drill_down(tenant, user, atom_id)
-        if found.record is None and not found.messages:
+    async def atom(user: PathId, atom_id: PathId, caller: Holder) -> AtomDrillDown:
+        """Drill-down: an atom → its record (even when superseded) → the L0 messages it came from. A bound key
+        drills into atoms it may see, and reads only the messages it may (``hidden`` counts the others); an admin
+        key reads everything."""
+        viewer = None if caller.admin else caller.viewer(None, None)
+        found = (await deps.recaller()).drill_down(caller.tenant, user, atom_id, viewer)
+        if found.record is None and not found.messages and not found.hidden:
             raise HTTPException(404, f"no atom {atom_id} for user {user}")
-        return AtomDrillDown(record=found.record, messages=found.messages)
+        return AtomDrillDown(record=found.record, messages=found.messages, hidden=found.hidden)
 
     @router.get("/v1/users/{user}/persona")
     async def persona(user: PathId, tenant: Tenant) -> Response:

@@ -132,9 +132,9 @@ def memory_search(
 
 
 def conversation_search(
-    user: str, query: str, limit: int = 5, session: str | None = None
+    user: str, query: str, limit: int = 5, session: str | None = None, acting: Acting = Acting()
 ) -> Call[list[ConversationHitOut]]:
-    body = {"user": user, "query": query, "limit": limit, "session": session}
+    body = {"user": user, "query": query, "limit": limit, "session": session, **acting.body()}
     return Call("POST", "/v1/conversations/search", _list(ConversationHitOut), json=body)
 
 

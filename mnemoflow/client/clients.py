@@ -140,7 +140,7 @@ class Client:
     def conversation_search(
         self, user: str, query: str, limit: int = 5, session: str | None = None
     ) -> list[ConversationHitOut]:
-        return self.send(calls.conversation_search(user, query, limit, session))
+        return self.send(calls.conversation_search(user, query, limit, session, self._acting))
 
     def conversations(self, user: str, day: date | None = None, page_size: int = 1000) -> Iterator[L0Message]:
         """Every L0 message of the user (or of one day), fetched a page at a time."""
@@ -299,7 +299,7 @@ class AsyncClient:
     async def conversation_search(
         self, user: str, query: str, limit: int = 5, session: str | None = None
     ) -> list[ConversationHitOut]:
-        return await self.send(calls.conversation_search(user, query, limit, session))
+        return await self.send(calls.conversation_search(user, query, limit, session, self._acting))
 
     def conversations(self, user: str, day: date | None = None, page_size: int = 1000) -> AsyncIterator[L0Message]:
         return self._iterate(calls.conversation_pages(user, day, page_size))

@@ -22,6 +22,7 @@ class ConversationHitOut(BaseModel):
 class AtomDrillDown(BaseModel):
     record: L1Record | None
     messages: list[L0Message]
+    hidden: int = Field(0, description="Source messages of another agent's conversation, not shown to this key.")
 
 
 class DrilledEntry(BaseModel):

@@ -9,8 +9,10 @@ that searches catches up instead, so a search costs an index lookup plus the new
 searches costs nothing.
 
 What it holds: one SQLite file per user, ``<user>/.conversations.sqlite`` (stdlib ``sqlite3``, FTS5, WAL): each
-message's L0 line, day, line number and session; its lexical terms in FTS5 (:func:`mnemoflow.lexical.analysed`,
-the atom index's terms, so 徒步 matches inside 我喜欢在山里徒步旅行); and per day file a cursor: the file's id
+message's L0 line, day, line number, session and scope (:attr:`~mnemoflow.memory.l0.L0Message.scope`: a search
+names the scopes its caller may see and gets no other message, docs/concepts/scopes.md); its lexical terms in
+FTS5 (:func:`mnemoflow.lexical.analysed`, the atom index's terms, so 徒步 matches inside 我喜欢在山里徒步旅行); and
+per day file a cursor: the file's id
 and the bytes and lines indexed so far. It lives in the user's folder so that an erase, which removes the folder,
 removes it too, and never creates that folder (L0 does); its dot name keeps it out of ``list_dir``, hence out of
 export and every walk of user folders. It is a cache: a missing, corrupt or older-schema file is built again from L0.
@@ -28,9 +30,10 @@ an erase ran meanwhile, removes them and answers nothing.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,8 +47,9 @@ from mnemoflow.ports.files import FileStat, Tail
 from mnemoflow.storage import Layout
 
 INDEX_FILE = ".conversations.sqlite"
-SCHEMA_VERSION = 1
-"""Kept in ``pragma user_version``; a file with another value is emptied and built again from L0."""
+SCHEMA_VERSION = 2
+"""Kept in ``pragma user_version``; a file with another value is emptied and built again from L0. 2: a scope per
+message."""
 
 _DDL = """
 drop table if exists days;
@@ -53,7 +57,8 @@ drop table if exists messages;
 drop table if exists messages_fts;
 create table days(name text primary key, file_id text not null, offset integer not null, lines integer not null);
 create table messages(
-    rid integer primary key, day text not null, line integer not null, session text not null, raw text not null
+    rid integer primary key, day text not null, line integer not null, session text not null, raw text not null,
+    scope text not null
 );
 create index messages_day on messages(day);
 create virtual table messages_fts using fts5(body, tokenize='unicode61 remove_diacritics 2');
@@ -62,6 +67,7 @@ create virtual table messages_fts using fts5(body, tokenize='unicode61 remove_di
 _SEARCH = """
 select m.raw, -bm25(messages_fts) from messages_fts join messages m on m.rid = messages_fts.rowid
 where messages_fts match :match and (:session is null or m.session = :session)
+and (:scopes is null or m.scope in (select value from json_each(:scopes)))
 order by bm25(messages_fts), m.day, m.line limit :limit
 """
 
@@ -125,9 +131,16 @@ class ConversationIndex:
         return base, f"{base}-wal", f"{base}-shm"
 
     def search(
-        self, tenant: str, user: str, query: str, limit: int, session: str | None = None
+        self,
+        tenant: str,
+        user: str,
+        query: str,
+        limit: int,
+        session: str | None = None,
+        visible: Sequence[str] | None = None,
     ) -> list[tuple[L0Message, float]]:
-        """The ``limit`` best messages for ``query`` by BM25 (scores positive, best first, L0 order on ties)."""
+        """The ``limit`` best messages for ``query`` by BM25 (scores positive, best first, L0 order on ties), of the
+        ``visible`` scopes only (None: every scope), filtered in the query, before the limit."""
         match = fts5_any(query)
         folder = Layout.conversations_dir(tenant, user)
         days = {n: stat for n, stat in self._files.stat_dir(folder).items() if n.endswith(".jsonl")}
@@ -135,7 +148,9 @@ class ConversationIndex:
             return []
         fence = ErasureFence(self._files, tenant, user, self.paths(tenant, user))
         try:
-            rows = self._rows(tenant, user, days, {"match": match, "session": session, "limit": limit})
+            scopes = None if visible is None else json.dumps(list(visible))
+            params: dict[str, object] = {"match": match, "session": session, "limit": limit, "scopes": scopes}
+            rows = self._rows(tenant, user, days, params)
             fence.check()
         except UserErased:
             return []
@@ -223,9 +238,9 @@ class ConversationIndex:
         rows, bodies = [], []
         for i, line in enumerate(tail.lines):
             message = L0Message.model_validate_json(line)
-            rows.append((rid + i, name, first + i, message.session, line))
+            rows.append((rid + i, name, first + i, message.session, line, message.scope))
             bodies.append((rid + i, analysed(message.content)))
-        conn.executemany("insert into messages(rid, day, line, session, raw) values (?, ?, ?, ?, ?)", rows)
+        conn.executemany("insert into messages(rid, day, line, session, raw, scope) values (?, ?, ?, ?, ?, ?)", rows)
         conn.executemany("insert into messages_fts(rowid, body) values (?, ?)", bodies)
         conn.execute(
             "insert or replace into days(name, file_id, offset, lines) values (?, ?, ?, ?)",

@@ -11,7 +11,9 @@ from pydantic import ValidationError
 
 from mnemoflow.config import TOPIC_TURNS, Settings
 from mnemoflow.embedding import HashingEmbedder
+from mnemoflow.events import TurnEvent
 from mnemoflow.index import InMemoryVectorStore
+from mnemoflow.memory.l0 import L0Writer
 from mnemoflow.memory.recall.recaller import Recaller
 from mnemoflow.ports.vectors import AtomRow
 from mnemoflow.storage import LocalFileStore
@@ -30,11 +32,16 @@ KEYS = {
         ]
     },
 }
-ATOMS = [
-    ("a1", "Ana drinks oat milk", "shared"),
-    ("a2", "Answer Ana about milk in short bullet points", "agent:coder"),
-    ("a3", "Ana asked support about a refund for the milk frother", "agent:support"),
-    ("a4", "Ana's milk order ships on Fridays", "team:eng"),
+ATOMS = [  # id, text, scope, the L0 message it came from
+    ("a1", "Ana drinks oat milk", "shared", "m1"),
+    ("a2", "Answer Ana about milk in short bullet points", "agent:coder", "m1"),
+    ("a3", "Ana asked support about a refund for the milk frother", "agent:support", "m2"),
+    ("a4", "Ana's milk order ships on Fridays", "team:eng", "m3"),
+]
+SAID = [  # id, agent, team, text
+    ("m1", "coder", "eng", "I drink oat milk every morning, keep answers short"),
+    ("m2", "support", "help", "the milk frother broke and I want a refund"),
+    ("m3", None, None, "milk is on my shopping list"),
 ]
 
 
@@ -58,11 +65,19 @@ def setup(tmp_path: Path) -> tuple[TestClient, ListBus]:
                 created=T0,
                 updated=T0 + timedelta(days=1),
                 scope=scope,
+                source_message_ids=[source],
             )
-            for i, text, scope in ATOMS
+            for i, text, scope, source in ATOMS
         ]
     )
     files, bus = LocalFileStore(tmp_path), ListBus()
+    said = [
+        TurnEvent(
+            tenant="acme", message_id=m, user="ana", session=f"s-{agent}", role="user", content=text, ts=T0
+        ).model_copy(update={"agent": agent, "team": team})
+        for m, agent, team, text in SAID
+    ]
+    L0Writer(files).write(said)
     recaller = Recaller(store=store, embedder=EMB, files=files)
     app = create_api(Settings(data_dir=tmp_path, **KEYS), bus, recaller_factory=lambda: recaller)
     return TestClient(app), bus
@@ -128,6 +143,40 @@ def test_a_bound_key_submits_as_itself_and_never_as_another_agent(setup) -> None
     assert admin.status_code == 202 and json.loads(bus.sent[-1][1][0][1])["agent"] == "support"
     who = client.get("/v1/whoami", headers=auth("k-eng")).json()
     assert who == {"tenant": "acme", "agent": None, "team": "eng"}
+
+
+def test_conversation_search_and_drill_down_show_a_bound_key_only_the_messages_it_may_read(setup) -> None:
+    """The raw conversation belongs to the agent that had it: a shared fact drills down to the messages the caller
+    may read, and says how many it may not."""
+    client, _ = setup
+
+    def said(key: str, **body: str) -> set[str]:
+        response = client.post(
+            "/v1/conversations/search", json={"user": "ana", "query": "milk", **body}, headers=auth(key)
+        )
+        assert response.status_code == 200, response.text
+        return {h["message"]["id"] for h in response.json()}
+
+    assert said("k-coder") == {"m1", "m3"} and said("k-support") == {"m2", "m3"} and said("k-eng") == {"m3"}
+    assert said("k-admin") == {"m3"} and said("k-admin", agent="coder", team="eng") == {"m1", "m3"}
+    assert (
+        client.post(
+            "/v1/conversations/search",
+            json={"user": "ana", "query": "milk", "agent": "coder"},
+            headers=auth("k-support"),
+        ).status_code
+        == 404
+    )
+
+    def drill(key: str, atom: str) -> tuple[int, list[str], int]:
+        response = client.get(f"/v1/users/ana/atoms/{atom}", headers=auth(key))
+        body = response.json() if response.status_code == 200 else {"messages": [], "hidden": 0}
+        return response.status_code, [m["id"] for m in body["messages"]], body["hidden"]
+
+    assert drill("k-coder", "a1") == (200, ["m1"], 0)
+    assert drill("k-support", "a1") == (200, [], 1)  # a shared fact, told to the coder
+    assert drill("k-support", "a2")[0] == 404  # the coder's own note: as if it did not exist
+    assert drill("k-admin", "a2") == (200, ["m1"], 0)
 
 
 @pytest.mark.parametrize(

@@ -83,10 +83,12 @@ class ConversationHit:
 
 @dataclass(frozen=True, slots=True)
 class DrillDown:
-    """An atom's record (live or superseded) and the L0 messages it came from, in L0 order."""
+    """An atom's record (live or superseded) and the L0 messages it came from, in L0 order; ``hidden``: how many of
+    those the viewer may not read (another agent's conversation a shared fact came from)."""
 
     record: L1Record | None
     messages: list[L0Message] = field(default_factory=list)
+    hidden: int = 0
 
 
 class Recaller:
@@ -198,21 +200,35 @@ class Recaller:
         return [RecallHit.of(h) for h in found]
 
     def conversation_search(
-        self, tenant: str, user: str, query: str, limit: int = 5, session: str | None = None
+        self,
+        tenant: str,
+        user: str,
+        query: str,
+        limit: int = 5,
+        session: str | None = None,
+        viewer: Viewer | None = None,
     ) -> list[ConversationHit]:
         """The agent tool over raw L0 of this user: BM25 from the user's conversation index, caught up with L0 by
         this call (L0 is not in the atom index), with the same lexical terms as the atom index, so Chinese words
-        match inside unsegmented sentences."""
-        found = ConversationIndex(self._files).search(tenant, user, query, max(1, min(limit, 20)), session)
+        match inside unsegmented sentences. A viewer reads the messages of the scopes it may see only: the raw
+        conversation belongs to the agent that had it."""
+        visible = None if viewer is None else viewer.scopes()
+        found = ConversationIndex(self._files).search(tenant, user, query, max(1, min(limit, 20)), session, visible)
         return [ConversationHit(m, s) for m, s in found]
 
-    def drill_down(self, tenant: str, user: str, atom_id: str) -> DrillDown:
-        """Atom → its record (even if superseded) → the L0 messages of its ``source_message_ids``."""
+    def drill_down(self, tenant: str, user: str, atom_id: str, viewer: Viewer | None = None) -> DrillDown:
+        """Atom → its record (even if superseded) → the L0 messages of its ``source_message_ids``. A viewer gets
+        nothing for an atom of a scope it may not see (as for an unknown atom), and of the messages only those it
+        may read, with the count of the others."""
         record = RecordLog(self._files, tenant, user).get([atom_id]).get(atom_id)
         if record is None:
             rows = self._store.get(tenant, user, [atom_id])
-            ids = set(rows[0].source_message_ids) if rows else set()
+            ids, scope = (set(rows[0].source_message_ids), rows[0].scope) if rows else (set(), SHARED)
         else:
-            ids = set(record.source_message_ids)
+            ids, scope = set(record.source_message_ids), record.scope
+        visible = None if viewer is None else viewer.scopes()
+        if visible is not None and scope not in visible:
+            return DrillDown(None)
         msgs = [m for m in read_l0(self._files, tenant, user, limit=10**7) if m.id in ids] if ids else []
-        return DrillDown(record, msgs)
+        shown = [m for m in msgs if visible is None or m.scope in visible]
+        return DrillDown(record, shown, len(msgs) - len(shown))
