@@ -28,6 +28,7 @@ from mnemoflow.governance.operations import (
     DeleteAtom,
     EraseSession,
     EraseUser,
+    ForgetAgent,
     ImportUser,
     OperationEvent,
     OperationStatus,
@@ -182,6 +183,14 @@ def governance_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         """Delete the atom: gone from the index and recall when applied, from scenes and persona at their pass."""
         await known_atom(tenant, user, atom_id)
         return await submit(tenant, DeleteAtom(user=user, atom_id=atom_id), idempotency_key, wait)
+
+    @router.delete("/v1/users/{user}/agents/{agent}", status_code=202, response_model=OperationStatus)
+    async def forget_agent(
+        user: PathId, agent: PathId, tenant: Tenant, idempotency_key: IdempotencyKey = None, wait: Wait = 0
+    ) -> JSONResponse:
+        """Remove one agent's private memory of the user (its atoms; shared and team memory and the conversation
+        stay). The applied status says how many atoms it removed."""
+        return await submit(tenant, ForgetAgent(user=user, agent=agent), idempotency_key, wait)
 
     @router.post("/v1/users/{user}/memories", status_code=202, response_model=OperationStatus)
     async def remember(

@@ -24,6 +24,7 @@ from mnemoflow.governance.operations import (
     DeleteAtom,
     EraseSession,
     EraseUser,
+    ForgetAgent,
     ImportUser,
     OperationEvent,
     PatchAtom,
@@ -82,6 +83,8 @@ class OperationApplier:
                 return self._editor.delete(tenant, op, oid)
             case Remember():
                 return await self._editor.remember(tenant, op, oid)
+            case ForgetAgent():
+                return self._editor.forget_agent(tenant, op, oid)
             case EraseUser():  # seconds of file and index work: off the caller's event loop
                 return dict(await asyncio.to_thread(self._eraser.erase_user, tenant, op.user, event.submitted_at, oid))
             case EraseSession():

@@ -57,6 +57,16 @@ class Remember(_Op):
     of the JSON when shared, so a shared remember has the body, and the fingerprint, it had before scopes."""
 
 
+class ForgetAgent(_Op):
+    """Remove one agent's private memory of a user (docs/concepts/scopes.md): its ``agent:<agent>`` atoms, as delete
+    lines in ``records/`` and out of the index. Shared and team memory stay, and so does the conversation (L0), the
+    provenance of shared facts; erasing the user removes that."""
+
+    kind: Literal["forget_agent"] = "forget_agent"
+    user: SafeId
+    agent: SafeId
+
+
 class EraseUser(_Op):
     """Remove everything of a user and leave a tombstone against re-delivered events."""
 
@@ -81,7 +91,8 @@ class ImportUser(_Op):
 
 
 Operation = Annotated[
-    PatchAtom | DeleteAtom | Remember | EraseUser | EraseSession | ImportUser, Field(discriminator="kind")
+    PatchAtom | DeleteAtom | Remember | ForgetAgent | EraseUser | EraseSession | ImportUser,
+    Field(discriminator="kind"),
 ]
 
 
@@ -104,7 +115,7 @@ class OperationEvent(_Op):
         return fingerprint(self.op)
 
 
-def fingerprint(op: PatchAtom | DeleteAtom | Remember | EraseUser | EraseSession | ImportUser) -> str:
+def fingerprint(op: PatchAtom | DeleteAtom | Remember | ForgetAgent | EraseUser | EraseSession | ImportUser) -> str:
     """A digest of the operation's body: two submissions with one id and different bodies differ here."""
     return hashlib.sha256(op.model_dump_json().encode()).hexdigest()
 

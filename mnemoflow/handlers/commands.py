@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 AtomsChanged = Callable[[str, str], Awaitable[object]]
 """Told after an operation changed a user's atoms (the user's curator then takes them out of scenes and persona)."""
-_CHANGES_ATOMS = ("patch_atom", "delete_atom", "remember")
+_CHANGES_ATOMS = ("patch_atom", "delete_atom", "remember", "forget_agent")
 
 
 class CommandsHandler:

@@ -243,3 +243,25 @@ def test_an_operation_kafka_did_not_accept_fails_saying_so_and_a_retry_with_its_
     assert retry.status_code == 202 and retry.json()["status"] == "pending"
     api.work()
     assert api.client.get("/v1/operations/kayak", headers=ACME).json()["status"] == "applied"
+
+
+def test_forgetting_an_agent_removes_its_private_memory_and_nothing_shared(api: Api) -> None:
+    """docs/concepts/scopes.md: what a named agent was told to do goes; what the user said about themselves stays."""
+    for body, key in (
+        ({"text": "Reply to Ana in French", "type": "instruction", "agent": "coder"}, "r1"),
+        ({"text": "Ana sails on Sundays", "agent": "coder"}, "r2"),
+        ({"text": "Greet Ana by name", "type": "instruction", "agent": "support"}, "r3"),
+    ):
+        sent = api.client.post("/v1/users/ana/memories", headers={**ACME, "Idempotency-Key": key}, json=body)
+        assert sent.status_code == 202, sent.text
+    api.work()
+    before = {a["content"]: a.get("scope", "shared") for a in api.atoms().json()["atoms"]}
+    assert before["Reply to Ana in French"] == "agent:coder" and before["Ana sails on Sundays"] == "shared"
+    gone = api.client.delete("/v1/users/ana/agents/coder", headers={**ACME, "Idempotency-Key": "forget-1"})
+    assert gone.status_code == 202
+    api.work()
+    status = api.client.get("/v1/operations/forget-1", headers=ACME).json()
+    assert status["status"] == "applied" and status["result"] == {"atoms_deleted": 1, "index_rows_removed": 1}
+    after = {a["content"] for a in api.atoms().json()["atoms"]}
+    assert after == set(before) - {"Reply to Ana in French"}
+    assert {h.row.text for h in api.store.dense_search("acme", "ana", EMB.embed(["Ana"])[0], 20)} == after
