@@ -1,6 +1,6 @@
 """Export and import of one user's memory as a portable, versioned bundle (a tar stream).
 
-Format ``mnemoflow-user-bundle`` version 1: a POSIX tar whose members are
+Format ``mnemoflow-user-bundle`` version 2: a POSIX tar whose members are
 
 * ``user/conversations/YYYY-MM-DD.jsonl``   L0, as stored
 * ``user/records/YYYY-MM-DD.jsonl``         L1 history (adds, supersede and delete lines)
@@ -14,6 +14,11 @@ Format ``mnemoflow-user-bundle`` version 1: a POSIX tar whose members are
 The manifest comes last so that export streams each file once. No file names the tenant or the user inside, so a
 bundle imports under another tenant or user id as it is; the index is rebuilt from the records on import (with
 the importing stack's embedding model), never copied.
+
+Version 2 is version 1 whose record and L0 lines may carry scopes and agents (docs/concepts/scopes.md). The layout
+is the same, and this stack reads both (a version 1 bundle is all shared memory); the number changed so that a
+release from before scopes, which reads a record's scope as an unknown field and drops it, refuses the bundle
+instead of importing an agent's private memory as shared.
 """
 
 from __future__ import annotations
@@ -37,7 +42,9 @@ from mnemoflow.ports.vectors import VectorStore
 from mnemoflow.storage import Layout
 
 FORMAT = "mnemoflow-user-bundle"
-VERSION = 1
+VERSION = 2
+READS = (1, 2)
+"""The versions this stack imports."""
 _USER_PARTS = ("conversations", "records", "scenes", "persona.md", "state/l1_cursor.json")
 
 
@@ -144,8 +151,9 @@ def read_bundle(stream: IO[bytes]) -> tuple[Manifest, dict[str, bytes]]:
         manifest = Manifest.model_validate_json(raw)
     except ValueError as exc:
         raise InvalidInput(f"bundle manifest is invalid: {exc}") from exc
-    if manifest.format != FORMAT or manifest.version != VERSION:
-        raise InvalidInput(f"bundle is {manifest.format} v{manifest.version}; this stack reads {FORMAT} v{VERSION}")
+    if manifest.format != FORMAT or manifest.version not in READS:
+        readable = " and ".join(f"v{v}" for v in READS)
+        raise InvalidInput(f"bundle is {manifest.format} v{manifest.version}; this stack reads {FORMAT} {readable}")
     listed = {f.path: f for f in manifest.files}
     if set(listed) != set(members):
         raise InvalidInput(f"bundle members and manifest differ: {sorted(set(listed) ^ set(members))[:5]}")

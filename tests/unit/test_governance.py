@@ -17,6 +17,7 @@ import pytest
 
 from mnemoflow.config import TOPIC_COMMANDS
 from mnemoflow.embedding import HashingEmbedder
+from mnemoflow.errors import InvalidInput
 from mnemoflow.events import ToolResultEvent, TurnEvent
 from mnemoflow.governance.applier import OperationApplier
 from mnemoflow.governance.bundle import BundleImporter, export_user
@@ -453,3 +454,63 @@ def test_a_fence_opened_while_an_erase_runs_does_not_write_into_it(stack: Stack)
     assert read_l0(stack.files, "acme", "ana")  # the erase itself removes the rest; the fence only its own files
     stones.add_removed("acme", "users", "ana", "op-running", {"files_removed": 0}, done=True)
     assert stones.get("acme", "users", "ana").done  # type: ignore[union-attr]
+
+
+def test_a_bundle_keeps_each_atoms_scope_and_each_messages_agent(stack: Stack, tmp_path: Path) -> None:
+    """docs/concepts/scopes.md: scopes ride in the record lines and the L0 lines, so an import indexes them again."""
+    coder = [
+        TurnEvent(
+            tenant="acme",
+            message_id=f"c{i}",
+            user="ana",
+            session="s-code",
+            role="user",
+            content=text,
+            ts=T0 + timedelta(hours=1, minutes=i),
+            agent="coder",
+            team="eng",
+        )
+        for i, text in enumerate(["From now on always answer me in short bullet points.", "I live in Lisbon now."])
+    ]
+    asyncio.run(stack.turns.handle([stack.raw(e) for e in coder]))  # through the worker, as say() does
+    asyncio.run(stack.pipeline.run("acme", "ana"))
+    scopes = {r.content: r.scope for r in live(stack, "ana")}
+    assert scopes["From now on always answer me in short bullet points."] == "agent:coder"
+    bundle = io.BytesIO()
+    export_user(stack.files, "acme", "ana", bundle, embedding_model=EMB.model_id, at=T0)
+    other = Stack(tmp_path / "elsewhere", tenant="globex")
+    bundle.seek(0)
+    BundleImporter(other.files, other.store, EMB).import_bundle(bundle, "globex", "ana2")
+    assert {r.content: r.scope for r in live(other, "ana2")} == scopes
+    rows = other.store.get("globex", "ana2", [r.id for r in live(other, "ana2")])
+    assert {r.text: r.scope for r in rows} == scopes
+    assert {m.agent for m in read_l0(other.files, "globex", "ana2", limit=1000) if m.id.startswith("c")} == {"coder"}
+
+
+def test_a_bundle_of_the_version_before_scopes_still_imports_and_an_unknown_version_is_refused(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Version 2 is what a release from before scopes refuses (it would read private atoms as shared); version 1
+    bundles, all shared, import as before."""
+    import json
+    import tarfile
+
+    def with_version(version: int) -> io.BytesIO:
+        bundle = io.BytesIO()
+        export_user(stack.files, "acme", "ben", bundle, embedding_model=EMB.model_id, at=T0)
+        out = io.BytesIO()
+        with tarfile.open(fileobj=io.BytesIO(bundle.getvalue())) as src, tarfile.open(fileobj=out, mode="w") as dst:
+            for member in src.getmembers():
+                data = src.extractfile(member).read()  # type: ignore[union-attr]
+                if member.name == "manifest.json":
+                    data = json.dumps({**json.loads(data), "version": version}).encode()
+                    member.size = len(data)
+                dst.addfile(member, io.BytesIO(data))
+        out.seek(0)
+        return out
+
+    other = Stack(tmp_path / "elsewhere", tenant="globex")
+    imported = BundleImporter(other.files, other.store, EMB).import_bundle(with_version(1), "globex", "ben1")
+    assert imported["atoms_indexed"] == len(live(stack, "ben"))
+    with pytest.raises(InvalidInput, match="this stack reads mnemoflow-user-bundle v1 and v2"):
+        BundleImporter(other.files, other.store, EMB).import_bundle(with_version(3), "globex", "ben3")
