@@ -12,8 +12,10 @@ from mnemoflow.offload.canvas_update import canvas_names, canvas_path
 from mnemoflow.offload.compact import check_window
 from mnemoflow.offload.entries import OffloadEntry, read_ref
 from mnemoflow.offload.messages import validate
+from mnemoflow.offload.owner import may_use, owner_of
 from mnemoflow.offload.replies import CompactReply
 from mnemoflow.offload.session_state import SessionState
+from mnemoflow.scopes import Caller
 from serving.deps import ApiDeps, PathId
 
 
@@ -24,7 +26,15 @@ class CompactRequest(BaseModel):
 
 def offload_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
     router = APIRouter(prefix="/v1/sessions/{session}", tags=["short-term memory"])
-    Tenant = Annotated[str, Depends(tenant_dep)]
+
+    def holder(session: PathId, caller: Annotated[Caller, Depends(tenant_dep.caller)]) -> str:
+        """The key's tenant, when the key may use this session (docs/concepts/scopes.md): 404 for a key bound to
+        another agent or team than the session's owner, as for another tenant's session."""
+        if not may_use(caller, owner_of(deps.files, caller.tenant, session)):
+            raise HTTPException(404, f"no session {session} for this key")
+        return caller.tenant
+
+    Tenant = Annotated[str, Depends(holder)]
 
     @router.post("/compact", response_model=CompactReply)
     async def compact(session: PathId, body: CompactRequest, tenant: Tenant) -> CompactReply:

@@ -18,6 +18,7 @@ from mnemoflow.handlers.context import HandlerContext
 from mnemoflow.handlers.outcome import ToolResultsOutcome
 from mnemoflow.handlers.records import RawRecord
 from mnemoflow.offload.entries import OffloadWriter, SessionAppend
+from mnemoflow.offload.owner import record_owners
 from mnemoflow.ports import FileStore
 
 if TYPE_CHECKING:
@@ -72,9 +73,11 @@ class ToolResultsHandler:
         return outcome
 
     def _write(self, events: list[ToolResultEvent]) -> list[SessionAppend]:
-        """Results of an erased session from before the erase are re-deliveries: dropped."""
+        """Results of an erased session from before the erase are re-deliveries: dropped. The first result naming an
+        agent or team makes it the session's owner (:mod:`mnemoflow.offload.owner`)."""
         events, _ = self._tombstones.keep(events, "sessions", lambda e: (e.tenant, e.session, e.ts))
         with self._files.group_commit():
+            record_owners(self._files, events)
             return self._offload.write(events)
 
     async def forget(self) -> None:

@@ -219,3 +219,34 @@ def test_a_remembered_memory_takes_its_scope_as_an_extracted_one_would() -> None
     assert MemoryIn(text="Ana likes tea", agent="coder", team="eng", visibility="team").scope() == "team:eng"
     with pytest.raises(ValidationError, match="visibility 'team' needs a team"):
         MemoryIn(text="Ana likes tea", agent="coder", visibility="team")
+
+
+def test_a_session_belongs_to_the_agent_of_its_first_tool_result_and_other_bound_keys_get_404(
+    setup, tmp_path: Path
+) -> None:
+    from mnemoflow.events import ToolResultEvent
+    from mnemoflow.offload.owner import owner_of, record_owners
+
+    client, _ = setup
+    files = LocalFileStore(tmp_path)
+
+    def result(call: str, session: str, agent: str | None, team: str | None) -> ToolResultEvent:
+        return ToolResultEvent(
+            tenant="acme", tool_call_id=call, session=session, tool_name="ls", arguments="", content="x", ts=T0
+        ).model_copy(update={"agent": agent, "team": team})
+
+    record_owners(files, [result("c1", "s-code", "coder", "eng"), result("c2", "s-code", "support", "help")])
+    record_owners(files, [result("c3", "s-code", "support", "help"), result("c4", "s-eng", None, "eng")])
+    record_owners(files, [result("c5", "s-free", None, None)])
+    assert owner_of(files, "acme", "s-code").agent == "coder"  # the first one, never replaced
+    assert owner_of(files, "acme", "s-free") is None
+
+    def status(key: str, session: str) -> int:
+        return client.get(f"/v1/sessions/{session}/offload", headers=auth(key)).status_code
+
+    assert [status("k-coder", s) for s in ("s-code", "s-eng", "s-free")] == [200, 200, 200]
+    assert [status("k-support", s) for s in ("s-code", "s-eng", "s-free")] == [404, 404, 200]
+    assert [status("k-eng", s) for s in ("s-code", "s-eng", "s-free")] == [404, 200, 200]
+    assert [status("k-admin", s) for s in ("s-code", "s-eng", "s-free")] == [200, 200, 200]
+    refused = client.get("/v1/sessions/s-code/canvases", headers=auth("k-support"))
+    assert refused.status_code == 404 and "no session s-code for this key" in refused.json()["detail"]

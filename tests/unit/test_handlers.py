@@ -188,6 +188,17 @@ def test_tool_results_are_stored_and_the_shards_told_what_was_added(tmp_path: Pa
     assert read_ref(s.files, "t", "s2", "c1") == b"out 1\n" and len(read_entries(s.files, "t", "s1")) == 1
 
 
+def test_the_first_tool_result_naming_an_agent_makes_it_the_sessions_owner(tmp_path: Path) -> None:
+    from mnemoflow.offload.owner import SessionOwner, owner_of
+
+    s = Setup(tmp_path)
+    named = result(1, "s2").model_copy(update={"agent": "coder", "team": "eng"})
+    run(ToolResultsHandler(s.ctx, s.files).handle([record(result(0), 0, TOPIC_TOOL_RESULTS)]))
+    run(ToolResultsHandler(s.ctx, s.files).handle([record(named, 1, TOPIC_TOOL_RESULTS)]))
+    assert owner_of(s.files, "t", "s1") is None  # the default agent's session: no owner
+    assert owner_of(s.files, "t", "s2") == SessionOwner(agent="coder", team="eng")
+
+
 def test_a_failed_notification_is_logged_not_fatal(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     s = Setup(tmp_path)
 
