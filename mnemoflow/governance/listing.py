@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mnemoflow.errors import InvalidInput
 from mnemoflow.memory.l1.models import L1Record
 from mnemoflow.ports.vectors import AtomType
+from mnemoflow.scopes import Scope
 
 
 class AtomFilter(BaseModel):
@@ -30,6 +31,7 @@ class AtomFilter(BaseModel):
     updated_before: datetime | None = None
     scene: str | None = None
     text: str | None = Field(None, max_length=2000)
+    scope: Scope | None = Field(None, description="One scope: shared, team:<team> or agent:<agent>.")
 
     def matches(self, r: L1Record) -> bool:
         words = (self.text or "").lower().split()
@@ -43,6 +45,7 @@ class AtomFilter(BaseModel):
             and (self.updated_after is None or r.updated >= self.updated_after)
             and (self.updated_before is None or r.updated < self.updated_before)
             and (self.scene is None or r.scene_name == self.scene)
+            and (self.scope is None or r.scope == self.scope)
             and all(w in content for w in words)
         )
 

@@ -256,6 +256,8 @@ def test_forgetting_an_agent_removes_its_private_memory_and_nothing_shared(api: 
         assert sent.status_code == 202, sent.text
     api.work()
     before = {a["content"]: a.get("scope", "shared") for a in api.atoms().json()["atoms"]}
+    assert [a["content"] for a in api.atoms(scope="agent:support").json()["atoms"]] == ["Greet Ana by name"]
+    assert api.atoms(scope="agent:").status_code == 422  # not a scope
     assert before["Reply to Ana in French"] == "agent:coder" and before["Ana sails on Sundays"] == "shared"
     gone = api.client.delete("/v1/users/ana/agents/coder", headers={**ACME, "Idempotency-Key": "forget-1"})
     assert gone.status_code == 202
