@@ -41,10 +41,10 @@ slowest) and tokens/s; per engine, each stage's wall time.
     python bench/model_engine.py --quick            # the 0.5B: 10 turns, 1 conversation a set, 1 trajectory, 8 calls
     python bench/model_engine.py --model qwen2.5-1.5b   # 60 turns, 2 conversations a set, 5 trajectories, 24 calls
 
-``--quick`` is sized for 10 minutes with the 0.5B on 2 idle cores from the per-call times measured at 20 turns
-(one L1 call a set instead of two: ~130 s a call, the persona ~125 s a call; the heuristic side takes seconds); that
-size has not been timed on an idle machine yet: the run of 2026-12-06 shared its cores with a second llama.cpp and a
-Go build (load 3-14) and was stopped after 78 minutes, in its Chinese persona call.
+``--quick`` takes 409-459 s with the 0.5B and 657-708 s with the 1.5B on 2 cores with little else running
+(2026-12-06, load under 2.3; the model's L1, persona and canvas calls are most of it). Earlier versions of the
+prompts took over 22 minutes: the model spelled out every message id of its window on every memory and ran canvas
+and summary replies to their token limits.
 
 Writes ``bench/results/model_engine-<model>.json`` (``-quick`` with ``--quick``).
 """

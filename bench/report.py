@@ -98,6 +98,7 @@ class Run:
     def __init__(self, benchmark: str, title: str) -> None:
         self.benchmark, self.title = benchmark, title
         self.command = " ".join(["python", f"bench/{benchmark}.py", *sys.argv[1:]])
+        self._commit = commit()  # what runs is the code at the start: a commit made during a long run is not in it
         self._started = time.monotonic()
         self._start_load = self._peak = os.getloadavg()[0]
         self._stop = threading.Event()
@@ -115,7 +116,7 @@ class Run:
             benchmark=self.benchmark,
             title=self.title,
             command=self.command,
-            commit=commit(),
+            commit=self._commit,
             finished=datetime.now(UTC).replace(microsecond=0),
             seconds=round(time.monotonic() - self._started, 1),
             machine=machine(),

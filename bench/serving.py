@@ -99,8 +99,6 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller runs (< 3 minutes)")
     args = parser.parse_args()
 
-    import ray
-
     from mnemoflow.cli.stack import start_local_ray  # before Ray: it keeps Ray a one-machine install on loopback
 
     run = Run("serving", "Serving: embeddings through Serve and in process, batched extraction, CPU engine tokens/s")
@@ -111,6 +109,7 @@ def main() -> None:
         embed = embeddings(args.quick)
         extraction = extraction_benchmark(args.quick)
     finally:
+        import ray
         from ray import serve
 
         serve.shutdown()

@@ -70,20 +70,61 @@ async def atom_index(deps: ApiDeps, query: Executor) -> str:
     return f"readable ({store.embedding_model}, dim {store.dim})"
 
 
-class ServeAppProbe:
-    """A Serve application answers ``check()`` through its handle (the ``llm`` replica also pings its upstream)."""
+BUSY_AFTER_SECONDS = 1.0
+"""How long the extractor's own answer is awaited before its liveness is read from the Serve controller instead."""
 
-    def __init__(self, lookup: Executor, app_name: str) -> None:
-        self._lookup, self._app_name = lookup, app_name
+
+class ServeAppProbe:
+    """A Serve application answers ``check()`` through its handle (the ``llm`` replica also pings its upstream).
+
+    With ``busy_after``, a replica that has not answered by then is asked about at the Serve controller: a
+    deployment Serve reports HEALTHY (its replicas answer Serve's own health checks) is busy, not failing. Why: the
+    extractor runs at a lower priority on purpose (``extractor_nice``), so on a machine whose cores are taken it can
+    answer later than the whole report's deadline while it is only extracting; the controller is not niced.
+    """
+
+    def __init__(
+        self,
+        lookup: Executor,
+        app_name: str,
+        busy_after: float | None = None,
+        app_state: Callable[[str], tuple[str, str]] | None = None,
+    ) -> None:
+        self._lookup, self._app_name, self._busy_after = lookup, app_name, busy_after
+        self._app_state = app_state or serve_app_state
         self._handle: Any = None
 
     async def __call__(self) -> str:
+        loop = asyncio.get_running_loop()
         if self._handle is None:
             from ray import serve
 
-            loop = asyncio.get_running_loop()
             self._handle = await loop.run_in_executor(self._lookup, serve.get_app_handle, self._app_name)
-        return str(await self._handle.check.remote())
+        answer = asyncio.ensure_future(self._handle.check.remote())
+        done, _ = await asyncio.wait({answer}, timeout=self._busy_after)
+        if done:
+            return str(answer.result())
+        answer.cancel()
+        state = await loop.run_in_executor(self._lookup, self._app_state, self._app_name)
+        if state != ("RUNNING", "HEALTHY"):
+            raise ServiceUnavailable(f"no answer within {self._busy_after:g}s; Serve reports {'/'.join(state)}")
+        return f"busy: no answer within {self._busy_after:g}s, Serve reports it RUNNING/HEALTHY"
+
+
+def serve_app_state(app_name: str) -> tuple[str, str]:
+    """The application's status and its deployment's (named as the application) at the Serve controller."""
+    from ray import serve
+
+    app = serve.status().applications.get(app_name)
+    if app is None:
+        return ("NOT_DEPLOYED", "")
+    deployment = app.deployments.get(app_name)
+    return (_named(app.status), _named(deployment.status) if deployment is not None else "NO_DEPLOYMENT")
+
+
+def _named(status: Any) -> str:
+    """A Serve status enum's value (``str()`` of one gives ``ApplicationStatus.RUNNING``)."""
+    return str(getattr(status, "value", status))
 
 
 def runtime_checks(settings: Settings, bootstrap: str, shards: ActorRouter) -> Callable[[ApiDeps], dict[str, Check]]:
@@ -101,7 +142,7 @@ def runtime_checks(settings: Settings, bootstrap: str, shards: ActorRouter) -> C
             "session_shards": partial(actors_alive, shards, settings.session_shards, ray_lookup),
             "curators": partial(actors_alive, curators, settings.curator_shards, ray_lookup),
             "atom_index": partial(atom_index, deps, index_query),
-            "extractor": ServeAppProbe(ray_lookup, "extractor"),
+            "extractor": ServeAppProbe(ray_lookup, "extractor", busy_after=BUSY_AFTER_SECONDS),
         }
         if settings.llm_engine != "heuristic":
             checks["llm"] = ServeAppProbe(ray_lookup, "llm")

@@ -8,6 +8,7 @@ output — strict schema up front, pydantic validation, one retry carrying the v
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -53,6 +54,21 @@ class RawReply:
 
 
 SendFn = Callable[[StructuredRequest], Awaitable[RawReply]]
+
+
+def validate_reply(output_model: type[M], text: str) -> M:
+    """The reply validated as JSON; failing that, parsed with raw control characters allowed inside strings, then
+    validated. Why: a model under a generic JSON grammar (an OpenAI-compatible server's ``json_object`` format)
+    writes a line break inside a string as it is, not as ``\\n`` (SmolLM2 through llama.cpp's server did), and such
+    a reply says exactly what an escaped one says. Raises the JSON error when even that does not parse."""
+    try:
+        return output_model.model_validate_json(text)
+    except ValidationError as exc:
+        try:
+            loose = json.loads(text, strict=False)
+        except ValueError:
+            raise exc from None
+        return output_model.model_validate(loose)  # its values' errors, if any, are what the repair must fix
 
 
 def repair_messages(reply: RawReply, error: ValidationError) -> list[ChatMessage]:
@@ -125,7 +141,7 @@ async def complete_structured(
             prompt_tokens += reply.prompt_tokens
             completion_tokens += reply.completion_tokens
             try:
-                result = output_model.model_validate_json(reply.text)
+                result = validate_reply(output_model, reply.text)
             except ValidationError as exc:
                 last_reply, last_error = reply, exc
                 convo = [*messages, *repair_messages(reply, exc)]

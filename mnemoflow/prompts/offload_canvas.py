@@ -3,7 +3,8 @@
 Pure: ``context -> list[ChatMessage]``; the reply model is :class:`mnemoflow.offload.canvas.CanvasOps` (at most 30
 operations), applied and validated by code. Version 3: an empty canvas is answered with new nodes only
 (:class:`FirstReply`). Version 4: at most one new node per tool call of the batch on an empty canvas (the 0.5B
-added nodes until its 2,000 tokens ran out, twice, and the heuristic drew that canvas).
+added nodes until its 2,000 tokens ran out, twice, and the heuristic drew that canvas), and no two new nodes alike
+(it then drew eight nodes "001: execute_bash" with one summary).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from mnemoflow.offload.canvas import MAX_OPS, STATUSES, Canvas, CanvasOps
 from mnemoflow.offload.canvas.model import NODE_ID_PATTERN
@@ -38,6 +39,17 @@ class _AddNode(BaseModel):
     summary: str = Field("", max_length=200)
     tool_call_ids: list[str] = _IDS
     after: str | None = Field(None, max_length=16, pattern=_NODE)
+
+
+def _distinct_new_nodes(ops: list[Any]) -> None:
+    """Refuse two new nodes with the same stage, action and summary: one step drawn twice says nothing."""
+    seen: set[tuple[str, str, str]] = set()
+    for op in ops:
+        if isinstance(op, _AddNode):
+            key = (op.stage.strip().lower(), op.action.strip().lower(), op.summary.strip().lower())
+            if key in seen:
+                raise ValueError(f"two new nodes are the same step ({op.stage}: {op.action}): add a node per step")
+            seen.add(key)
 
 
 class _UpdateNode(BaseModel):
@@ -80,6 +92,11 @@ class Reply(BaseModel):
         default_factory=list, max_length=MAX_OPS
     )
 
+    @model_validator(mode="after")
+    def _distinct(self) -> Reply:
+        _distinct_new_nodes(self.ops)
+        return self
+
 
 class FirstReply(BaseModel):
     """The reply for a canvas with no node yet: new nodes only, at least one. Every other operation names a node
@@ -88,6 +105,11 @@ class FirstReply(BaseModel):
 
     model_config = _C
     ops: list[_AddNode] = Field(min_length=1, max_length=MAX_OPS)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> FirstReply:
+        _distinct_new_nodes(self.ops)
+        return self
 
 
 @cache

@@ -170,9 +170,13 @@ def test_an_empty_canvas_takes_new_nodes_only() -> None:
     assert issubclass(reply_model(empty), FirstReply) and reply_model(drawn()) is Reply
     three = reply_model(empty, calls=3)  # at most a node a tool call: the 0.5B added nodes until max_tokens
     node = {"op": "add_node", "stage": "a", "action": "b"}
-    assert len(three.model_validate({"ops": [node] * 3}).ops) == 3
+    steps = [{**node, "action": f"b{i}"} for i in range(4)]
+    assert len(three.model_validate({"ops": steps[:3]}).ops) == 3
     with pytest.raises(ValidationError):
-        three.model_validate({"ops": [node] * 4})
+        three.model_validate({"ops": steps})
+    for model in (three, Reply):  # one step drawn twice: the 0.5B drew eight alike nodes
+        with pytest.raises(ValidationError, match="same step"):
+            model.model_validate({"ops": [node, node]})
     with pytest.raises(ValidationError):
         FirstReply.model_validate({"ops": [{"op": "update_node", "id": "001-N2", "summary": "s"}]})
     with pytest.raises(ValidationError):

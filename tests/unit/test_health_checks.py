@@ -15,7 +15,7 @@ from mnemoflow.memory.recall.recaller import Recaller
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.testing import ListBus
 from serving.deps import ApiDeps
-from serving.health import actors_alive, atom_index
+from serving.health import ServeAppProbe, actors_alive, atom_index
 
 
 class FakeMethod:
@@ -116,3 +116,44 @@ def test_an_openai_compatible_upstream_is_ready_when_it_answers_models(status: i
         with pytest.raises(ServiceUnavailable, match="http://llm:8000/v1/models"):
             asyncio.run(engine.ping())
     assert seen == [("http://llm:8000/v1/models", "Bearer k")]
+
+
+class SlowCheck:
+    """A replica's ``check`` that answers after ``delay`` seconds."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+
+    def remote(self) -> Any:
+        async def answer() -> str:
+            await asyncio.sleep(self.delay)
+            return "0 runs in flight"
+
+        return answer()
+
+
+@pytest.mark.parametrize(
+    ("delay", "state", "expected"),
+    [
+        (0.0, ("DEPLOY_FAILED", ""), "0 runs in flight"),  # an answer is taken as it is
+        (5.0, ("RUNNING", "HEALTHY"), "busy: no answer within 0.05s, Serve reports it RUNNING/HEALTHY"),
+        (5.0, ("RUNNING", "UNHEALTHY"), ServiceUnavailable),
+        (5.0, ("NOT_DEPLOYED", ""), ServiceUnavailable),
+    ],
+)
+def test_a_busy_replica_is_judged_by_the_serve_controller(delay: float, state: tuple[str, str], expected: Any) -> None:
+    asked: list[str] = []
+
+    def app_state(name: str) -> tuple[str, str]:
+        asked.append(name)
+        return state
+
+    with ThreadPoolExecutor(1) as lookup:
+        probe = ServeAppProbe(lookup, "extractor", busy_after=0.05, app_state=app_state)
+        probe._handle = type("Handle", (), {"check": SlowCheck(delay)})()
+        if isinstance(expected, str):
+            assert asyncio.run(probe()) == expected
+        else:
+            with pytest.raises(expected, match=f"no answer within 0.05s; Serve reports {state[0]}"):
+                asyncio.run(probe())
+    assert asked == ([] if delay == 0 else ["extractor"])

@@ -71,3 +71,17 @@ def test_a_looping_reply_is_not_echoed_in_the_repair_try() -> None:
         PersonaReply.model_validate_json(shapeless.text)
     echoed, complaint = repair_messages(shapeless, shape.value)
     assert echoed.role == "assistant" and echoed.content == shapeless.text and "schema" in complaint.content
+
+
+def test_a_raw_line_break_inside_a_string_is_read_as_one() -> None:
+    """SmolLM2 through llama.cpp's server (json_object format) wrote a line break inside a string unescaped."""
+    from mnemoflow.llm.structured import validate_reply
+
+    raw = '{"persona": "# User\nhikes on weekends"}'
+    with pytest.raises(ValidationError):
+        PersonaReply.model_validate_json(raw)  # strict JSON refuses it
+    assert validate_reply(PersonaReply, raw).persona == "# User\nhikes on weekends"
+    with pytest.raises(ValidationError, match="Invalid JSON"):  # broken JSON keeps its own error
+        validate_reply(PersonaReply, '{"persona": "# User')
+    with pytest.raises(ValidationError, match="cop"):  # and a value refused stays refused
+        validate_reply(PersonaReply, '{"persona": "# User\n```markdown\nx\n```"}')

@@ -114,7 +114,7 @@ class PersonaStore:
         return "" if data is None else data.decode("utf-8", errors="replace")
 
     def read_body(self) -> str:
-        return strip_navigation(_ENGINE_LINE.sub("", self.read()))
+        return body_of(self.read())
 
     def written_by(self) -> str:
         return written_by(self.read())
@@ -125,7 +125,7 @@ class PersonaStore:
 
     def write(self, body: str, scenes: dict[str, SceneBlock], engine: str = "") -> str:
         """Bound, escape, append navigation, back up the old file, replace atomically; returns the file text."""
-        clean = bound(escape_tags(strip_navigation(_ENGINE_LINE.sub("", body.lstrip()))))
+        clean = bound(escape_tags(body_of(body.lstrip())))
         if not clean:
             raise ValueError("empty persona body")
         text = _engine_line(engine) + clean + "\n\n" + render_navigation(scenes) + "\n"
@@ -141,12 +141,17 @@ class PersonaStore:
     def refresh_navigation(self, scenes: dict[str, SceneBlock]) -> bool:
         """After an L2 pass: re-render the navigation tail if a persona body exists (docs/tdam-spec.md §3.5 step 8)."""
         current = self.read()
-        body = strip_navigation(_ENGINE_LINE.sub("", current))
+        body = body_of(current)
         if not body:
             return False
         text = _engine_line(written_by(current)) + body + "\n\n" + render_navigation(scenes) + "\n"
         self.files.write_atomic(self.paths.persona, text.encode())
         return True
+
+
+def body_of(persona_text: str) -> str:
+    """A persona file's body: without its engine line and its scene navigation."""
+    return strip_navigation(_ENGINE_LINE.sub("", persona_text))
 
 
 def written_by(persona_text: str) -> str:
