@@ -4,7 +4,9 @@ Operations go through ``mnemoflow.commands`` to the worker that owns the user an
 deployment; the API answers with the operation id and, with ``wait``, once applied. Checked here: edit, remember,
 delete with history and recall; export of a LoCoMo user and import under another tenant and user id with the
 same top-10 for every question; the erase of a user whose turns and tool outputs then appear nowhere in the data
-directory or the index file, and whose re-sent old events add nothing, while another user is untouched.
+directory or the index file, and whose re-sent old events add nothing, while another user is untouched; two agents
+of one user, each with a key bound to it, sharing the user's facts and keeping their instructions to themselves
+until one agent is forgotten (docs/concepts/scopes.md).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from streams.broker_kafka import EmbeddedKafka
 pytestmark = pytest.mark.integration
 
 TENANT, KEY, OTHER_KEY = "acme", "key-acme", "key-other"
+CODER_KEY, SUPPORT_KEY = "key-coder", "key-support"
 EVAL = Path(__file__).resolve().parents[3] / "shared" / "eval"
 T0 = datetime(2026, 6, 1, 8, 0, tzinfo=UTC)
 SECRET = [
@@ -58,6 +61,12 @@ def stack(apache_kafka: EmbeddedKafka, tmp_path_factory: pytest.TempPathFactory)
         kafka_bootstrap=apache_kafka.bootstrap,
         api_port=0,
         api_keys={TENANT: KEY, "other": OTHER_KEY},
+        agent_keys={
+            TENANT: [
+                {"key": CODER_KEY, "agent": "coder", "team": "eng"},
+                {"key": SUPPORT_KEY, "agent": "support", "team": "help"},
+            ]
+        },
         embedder="minilm",
         l1_tick_seconds=1,
         curator_tick_seconds=0.5,
@@ -259,3 +268,51 @@ def test_an_erased_user_leaves_no_trace_and_old_events_do_not_bring_them_back(st
     assert files_holding(root, MARKERS) == {}
     assert read_l0(LocalFileStore(root), TENANT, "otto") == []
     assert api.get("/v1/users/kim/atoms").json()["atoms"] == kim_before
+
+
+INSTRUCTION = "From now on always answer me in short bullet points."
+FACT = "I work as a paramedic on night shifts in Leeds."
+
+
+def searched(stack: Stack, key: str, query: str, **body: str) -> httpx.Response:
+    with client(stack, key) as c:
+        return c.post("/v1/memory/search", json={"user": "nia", "query": query, "limit": 10, **body})
+
+
+def scopes_found(stack: Stack, key: str, query: str, **body: str) -> dict[str, str]:
+    response = searched(stack, key, query, **body)
+    assert response.status_code == 200, response.text
+    return {h["text"]: h["scope"] for h in response.json() if h["text"] in (INSTRUCTION, FACT)}
+
+
+def test_two_agents_of_one_user_share_its_facts_and_keep_their_instructions(stack: Stack, api: httpx.Client) -> None:
+    """Each agent submits with its own bound key; L1 on the real stack scopes the fact as shared and the instruction
+    as the coder's; recall, drill-down and forgetting the coder then hold what each key may see."""
+    said = [(CODER_KEY, "s-code", "n1", INSTRUCTION), (SUPPORT_KEY, "s-help", "n2", FACT)]
+    for i, (key, session, message, text) in enumerate(said):
+        turn = {"message_id": message, "user": "nia", "session": session, "role": "user", "content": text}
+        with client(stack, key) as c:
+            submitted = c.post("/v1/turns", json={"turns": [{**turn, "ts": (T0 + timedelta(minutes=i)).isoformat()}]})
+            assert submitted.status_code == 202, submitted.text
+    settle(stack, ["nia"], {("s-code", "nia"), ("s-help", "nia")})
+
+    query = "How should answers be written for the paramedic from Leeds?"
+    assert scopes_found(stack, CODER_KEY, query) == {INSTRUCTION: "agent:coder", FACT: "shared"}
+    assert scopes_found(stack, SUPPORT_KEY, query) == {FACT: "shared"}  # heard by support, still shared
+    assert scopes_found(stack, KEY, query) == {FACT: "shared"}  # an admin key naming no agent: shared only
+    assert scopes_found(stack, KEY, query, agent="coder") == {INSTRUCTION: "agent:coder", FACT: "shared"}
+    refused = searched(stack, CODER_KEY, query, agent="support")
+    assert refused.status_code == 404 and "no agent support for this key" in refused.json()["detail"]
+    with client(stack, CODER_KEY) as coder:
+        recall = coder.post("/v1/recall", json={"user": "nia", "query": query}).json()
+    assert "[instruction, private] " + INSTRUCTION in recall["prepend_context"]
+
+    atoms = {a["content"]: a["id"] for a in api.get("/v1/users/nia/atoms").json()["atoms"]}
+    with client(stack, SUPPORT_KEY) as support:
+        assert support.get(f"/v1/users/nia/atoms/{atoms[INSTRUCTION]}").status_code == 404
+        assert support.get(f"/v1/users/nia/atoms/{atoms[FACT]}").status_code == 200
+
+    applied(api.delete("/v1/users/nia/agents/coder", params={"wait": 60}), api)
+    assert scopes_found(stack, CODER_KEY, query) == {FACT: "shared"}  # its private memory is gone, the fact is not
+    remaining = api.get("/v1/users/nia/atoms").json()["atoms"]
+    assert [a["content"] for a in remaining if a["content"] in (INSTRUCTION, FACT)] == [FACT]
