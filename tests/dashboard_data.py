@@ -78,6 +78,7 @@ def build(root: Path) -> Dashboard:
         TurnEvent(tenant="acme", message_id=f"m{i}", user=USER, session=SESSION, role="user", content=text, ts=T0)
         for i, text in enumerate(SAID)
     ]
+    turns[3] = turns[3].model_copy(update={"agent": "coder", "team": "eng"})  # its instruction is the coder's own
     turns.append(
         TurnEvent(
             tenant="other",

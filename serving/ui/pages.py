@@ -38,7 +38,7 @@ LISTED = 1000
 """Users and sessions listed on the home page (the rest are counted)."""
 PREVIEW_CHARS = 4000
 """Raw output shown beside each entry of a node; the ref page shows it whole."""
-FILTERS = ("text", "type", "min_priority", "max_priority", "scene", "created_after", "created_before")
+FILTERS = ("text", "type", "scope", "min_priority", "max_priority", "scene", "created_after", "created_before")
 
 
 def _atom_filter(request: Request) -> tuple[AtomFilter, dict[str, str], str | None]:

@@ -70,7 +70,9 @@ def test_user_data_is_escaped_on_every_page_and_no_inline_script_may_run(app) ->
     client = logged_in(app)
     user = client.get(f"/ui/users/{USER}")
     atom = re.search(
-        r'/ui/users/ana/atoms/([\w-]+)">[\w-]+</a></td>\s*<td>\w+</td><td>\d+</td><td class="text">My', user.text
+        r'/ui/users/ana/atoms/([\w-]+)">[\w-]+</a></td>\s*<td>\w+</td><td class="scope">shared</td><td>\d+</td>'
+        r'<td class="text">My',
+        user.text,
     )
     assert atom is not None
     pages = [
@@ -99,6 +101,23 @@ def test_atom_filters_and_drill_down_to_l0(app) -> None:  # type: ignore[no-unty
     assert "No atoms match." in none
     bad = client.get(f"/ui/users/{USER}", params={"min_priority": "500"}).text
     assert 'class="error"' in bad and "min_priority" in bad
+
+
+def test_each_atom_shows_its_scope_and_the_list_filters_by_one(app) -> None:  # type: ignore[no-untyped-def]
+    client = logged_in(app)
+    scopes = re.findall(
+        r'<td class="scope">([^<]+)</td><td>\d+</td><td class="text">([^<]*)</td>', client.get(f"/ui/users/{USER}").text
+    )
+    assert ("agent:coder", "Please always answer in French.") in scopes and {s for s, _ in scopes} == {
+        "shared",
+        "agent:coder",
+    }
+    private = client.get(f"/ui/users/{USER}", params={"scope": "agent:coder"}).text
+    [atom] = re.findall(r'class="atom" href="(/ui/users/ana/atoms/[\w-]+)"', private)
+    page = client.get(atom).text
+    assert '<dd class="scope">agent:coder</dd>' in page and "agent coder, team eng" in page
+    bad = client.get(f"/ui/users/{USER}", params={"scope": "agents:coder"}).text
+    assert 'class="error"' in bad and "scope" in bad
 
 
 def test_each_atom_names_the_scene_that_holds_it(app) -> None:  # type: ignore[no-untyped-def]
