@@ -6,6 +6,9 @@ same Kafka producer, session shards and recaller as the other routes, then forwa
 The upstream's answer comes back unchanged (status, body, streamed chunks as they arrive), with ``x-mnemoflow-*``
 headers saying what was captured, recalled and compacted. The answer's text is captured as an assistant turn
 after it is delivered, so capture adds nothing to the answer's latency.
+
+A key bound to an agent or a team is that agent on the proxy as on the API: its captures carry its agent and team,
+it recalls what that agent may see, and ``X-Mnemoflow-Agent`` / ``X-Mnemoflow-Team`` naming another answer 404.
 """
 
 import asyncio
@@ -18,15 +21,15 @@ import httpx
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from mnemoflow.errors import InvalidInput, ServiceUnavailable
+from mnemoflow.errors import InvalidInput, NotFound, ServiceUnavailable
 from mnemoflow.events import ToolResultIn, TurnIn
 from mnemoflow.memory.recall.recaller import RecallResult
 from mnemoflow.memory.recall.sources import context_digest
 from mnemoflow.offload.replies import CompactReply
 from mnemoflow.proxy.answer import StreamedAnswer, answer_text
 from mnemoflow.proxy.capture import CaptureLog
-from mnemoflow.proxy.pipeline import MemoryProxy, Prepared, parse_chat
-from mnemoflow.scopes import Viewer
+from mnemoflow.proxy.pipeline import AGENT_HEADER, TEAM_HEADER, MemoryProxy, Prepared, parse_chat
+from mnemoflow.scopes import Caller, Viewer
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.tokens import load_tokenizer
 from serving.deps import ApiDeps
@@ -82,10 +85,25 @@ def _openai_error(status: int, message: str, headers: Mapping[str, str] | None =
     return JSONResponse(body, status, headers)
 
 
-def proxy_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
+def acting_headers(caller: Caller, headers: Mapping[str, str]) -> Mapping[str, str]:
+    """The request's headers with a bound key's agent and team as the identity headers (what the headers left out
+    filled in); 404 when they name another agent or team, as the API answers a body that does."""
+    if caller.admin:
+        return headers
+    try:
+        agent, team = caller.acting_as(headers.get(AGENT_HEADER), headers.get(TEAM_HEADER))
+    except NotFound as exc:
+        raise HTTPException(404, str(exc)) from exc
+    named = {AGENT_HEADER: agent, TEAM_HEADER: team}
+    kept = {k.lower(): v for k, v in headers.items() if k.lower() not in named}
+    return kept | {k: v for k, v in named.items() if v is not None}
+
+
+def proxy_router(deps: ApiDeps, gate: Any) -> APIRouter:
+    """``gate``: the API's :class:`serving.security.TenantGate`; the proxy acts as the key's holder."""
     settings = deps.settings
     router = APIRouter(tags=["OpenAI-compatible proxy"])
-    Tenant = Annotated[str, Depends(tenant_dep)]
+    Acting = Annotated[Caller, Depends(gate.caller)]
     if settings.proxy_upstream is not None:
         # each request counts its recall's tokens: the first one must not load the vocabulary; a replica with no
         # upstream never proxies and does not hold it (~140 MB)
@@ -109,7 +127,7 @@ def proxy_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         task.add_done_callback(background.discard)
 
     @router.get("/v1/models")
-    async def models(tenant: Tenant) -> Response:
+    async def models(caller: Acting) -> Response:
         """The upstream's model list, unchanged."""
         try:
             response = await http.get(f"{_upstream()}/models", headers=up_headers)
@@ -118,11 +136,11 @@ def proxy_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         return Response(response.content, response.status_code, _passed_headers(response, {}))
 
     @router.post("/v1/chat/completions")
-    async def chat(request: Request, tenant: Tenant) -> Response:
+    async def chat(request: Request, caller: Acting) -> Response:
         """An OpenAI chat completion through memory: capture, recall, compaction, then the upstream's answer.
         Errors of the proxy itself come in OpenAI's shape (``error.message``) so that agents' clients show them."""
         try:
-            return await _chat(request, tenant)
+            return await _chat(request, caller)
         except HTTPException as exc:
             return _openai_error(exc.status_code, str(exc.detail), exc.headers)
         except InvalidInput as exc:
@@ -130,14 +148,15 @@ def proxy_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         except ServiceUnavailable as exc:
             return _openai_error(503, str(exc))
 
-    async def _chat(request: Request, tenant: str) -> Response:
+    async def _chat(request: Request, caller: Caller) -> Response:
+        tenant, headers = caller.tenant, acting_headers(caller, request.headers)
         try:
             raw = json.loads(await request.body())
         except ValueError as exc:
             raise InvalidInput(f"request body is not JSON: {exc}") from None
         body = parse_chat(raw)
         url = f"{_upstream()}/chat/completions"
-        prepared = await proxy.prepare(tenant, body, request.headers)
+        prepared = await proxy.prepare(tenant, body, headers)
         forward = {**raw, "messages": prepared.messages}
         try:
             if body.stream:

@@ -108,7 +108,7 @@ class Stack:
     def turns(self) -> list[dict[str, Any]]:
         return [json.loads(v) for topic, records in self.bus.sent if topic == TOPIC_TURNS for _, v, _ in records]
 
-    def run(self) -> Iterator[openai.OpenAI]:
+    def run(self, key: str = "key-acme", **headers: str) -> Iterator[openai.OpenAI]:
         with asgi_server(self.upstream) as upstream:
             settings = Settings(**self._settings, proxy_upstream_url=upstream)
             app = create_api(
@@ -118,8 +118,8 @@ class Stack:
                 recaller_factory=lambda: Recaller(store=self._store, embedder=EMB, files=self._files),
             )
             with asgi_server(app) as url:
-                headers = {"X-Mnemoflow-User": "ana", "X-Mnemoflow-Session": "s1"}
-                yield openai.OpenAI(base_url=f"{url}/v1", api_key="key-acme", max_retries=0, default_headers=headers)
+                headers = {"X-Mnemoflow-User": "ana", "X-Mnemoflow-Session": "s1", **headers}
+                yield openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, default_headers=headers)
 
 
 @pytest.fixture
@@ -166,6 +166,18 @@ def test_capture_recall_compaction_and_an_unchanged_answer(stack: Stack) -> None
             time.sleep(0.02)
         assert [t["content"] for t in stack.turns() if t["role"] == "assistant"] == ["Bonjour Ana.", "Bonjour Ana."]
         assert len({t["message_id"] for t in stack.turns() if t["role"] == "assistant"}) == 1  # one message in L0
+
+
+def test_a_key_bound_to_an_agent_is_that_agent_on_the_proxy(tmp_path: Path) -> None:
+    """Its captures carry its agent and team; identity headers naming another agent answer 404, nothing captured."""
+    bound = Stack(tmp_path, agent_keys={"acme": [{"key": "key-coder", "agent": "coder", "team": "eng"}]})
+    for client in bound.run("key-coder"):
+        client.chat.completions.create(model="stub", messages=CONVERSATION[-1:])
+        assert {(t["agent"], t["team"]) for t in bound.turns()} == {("coder", "eng")}
+    for client in bound.run("key-coder", **{"X-Mnemoflow-Agent": "support"}):
+        with pytest.raises(openai.NotFoundError, match="no agent support for this key"):
+            client.chat.completions.create(model="stub", messages=[{"role": "user", "content": "hi"}])
+    assert all(t["content"] != "hi" for t in bound.turns())
 
 
 def test_a_write_between_two_identical_requests_reaches_the_second_prompt(stack: Stack) -> None:
