@@ -224,6 +224,7 @@ FINGERPRINTED = (
     "ports",
     "prompts",
     "retry.py",
+    "scopes.py",
     "storage",
     "tokens.py",
 )
