@@ -4,7 +4,7 @@ import asyncio
 from datetime import UTC, date, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response
 from pydantic import BaseModel, Field
 
 from mnemoflow.client.models import AtomDrillDown, ConversationHitOut
@@ -17,7 +17,7 @@ from mnemoflow.memory.persona.generate import PersonaStore
 from mnemoflow.memory.recall.recaller import RecallHit, RecallResult
 from mnemoflow.memory.scenes.drilldown import drill_down as scene_refs
 from mnemoflow.memory.scenes.paths import ScenePaths
-from mnemoflow.scopes import Caller, Viewer
+from mnemoflow.scopes import SHARED, Caller, Scope, Viewer
 from serving.deps import ApiDeps, PathId
 
 _AS = "Recall as this agent (and team): its private memory, its team's and the shared. A bound key is itself."
@@ -37,6 +37,12 @@ class MemorySearch(BaseModel):
     type: Literal["persona", "episodic", "instruction"] | None = None
     agent: SafeId | None = Field(None, description=_AS)
     team: SafeId | None = None
+
+
+SceneName = Annotated[str, Path(max_length=100, description="a scene file name as listed, e.g. 'hiking-trips.md'")]
+ScopeQuery = Annotated[
+    Scope, Query(description="Whose scenes and persona: shared (the default), team:<team> or agent:<agent>.")
+]
 
 
 def viewer_of(caller: Caller, agent: str | None, team: str | None) -> Viewer:
@@ -115,18 +121,25 @@ def memory_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
             raise HTTPException(404, f"no atom {atom_id} for user {user}")
         return AtomDrillDown(record=found.record, messages=found.messages, hidden=found.hidden)
 
+    def readable(caller: Caller, scope: str) -> str:
+        """The scope a read of scenes or persona asks for, if the key may see it (an admin key sees every one);
+        404 as for another tenant's user otherwise."""
+        if not caller.admin and scope not in caller.viewer(None, None).scopes():
+            raise HTTPException(404, f"no {scope} memory for this key")
+        return scope
+
     @router.get("/v1/users/{user}/persona")
-    async def persona(user: PathId, tenant: Tenant) -> Response:
-        """L3: ``persona.md`` with its scene navigation (empty 404 until the first persona)."""
-        text = PersonaStore(deps.files, tenant, user).read()
+    async def persona(user: PathId, caller: Holder, scope: ScopeQuery = SHARED) -> Response:
+        """L3: ``persona.md`` of one scope with its scene navigation (empty 404 until the first persona)."""
+        text = PersonaStore(deps.files, caller.tenant, user, readable(caller, scope)).read()
         if not text:
-            raise HTTPException(404, f"no persona yet for user {user}")
+            raise HTTPException(404, f"no persona yet for user {user}" + ("" if scope == SHARED else f" in {scope}"))
         return Response(text, media_type="text/markdown; charset=utf-8")
 
     @router.get("/v1/users/{user}/scenes")
-    async def scenes(user: PathId, tenant: Tenant) -> list[dict[str, Any]]:
-        """L2: the user's scenes in navigation order, with the atom ids each one holds (drill-down) and the engine
-        that last wrote each (``llm``, ``heuristic``)."""
+    async def scenes(user: PathId, caller: Holder, scope: ScopeQuery = SHARED) -> list[dict[str, Any]]:
+        """L2: the scenes of one scope in navigation order, with the atom ids each one holds (drill-down) and the
+        engine that last wrote each (``llm``, ``heuristic``)."""
         return [
             {
                 "filename": r.filename,
@@ -135,12 +148,15 @@ def memory_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
                 "atom_ids": list(r.atom_ids),
                 "engine": r.engine,
             }
-            for r in scene_refs(deps.files, tenant, user)
+            for r in scene_refs(deps.files, caller.tenant, user, readable(caller, scope))
         ]
 
     @router.get("/v1/users/{user}/scenes/{name}")
-    async def scene(user: PathId, name: PathId, tenant: Tenant) -> Response:
-        data = deps.files.read_bytes(f"{ScenePaths(tenant, user).scenes_dir}/{name}")
+    async def scene(user: PathId, name: SceneName, caller: Holder, scope: ScopeQuery = SHARED) -> Response:
+        """One scene file. Its name is checked as a scene name (CJK letters are word characters), not as an id:
+        scenes about Chinese topics have Chinese names."""
+        path = ScenePaths(caller.tenant, user, readable(caller, scope)).scene(name, deps.files)
+        data = deps.files.read_bytes(path)
         if data is None:
             raise HTTPException(404, f"no scene {name} for user {user}")
         return Response(data, media_type="text/markdown; charset=utf-8")

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, Generic, Literal, TypeVar
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, TypeAdapter
@@ -25,6 +26,7 @@ from mnemoflow.ids import check_id
 from mnemoflow.memory.l0 import L0Message
 from mnemoflow.memory.l1.models import L1Record
 from mnemoflow.memory.recall.recaller import RecallHit, RecallResult
+from mnemoflow.memory.scenes.model import SAFE_SCENE_NAME
 from mnemoflow.offload.entries import OffloadEntry
 from mnemoflow.offload.replies import CompactReply
 from mnemoflow.offload.session_state import SessionState
@@ -149,16 +151,24 @@ def atom(user: str, atom_id: str) -> Call[AtomDrillDown]:
     return Call("GET", f"/v1/users/{_seg(user)}/atoms/{_seg(atom_id)}", _model(AtomDrillDown))
 
 
-def persona(user: str) -> Call[str]:
-    return Call("GET", f"/v1/users/{_seg(user)}/persona", _text)
+def _scoped(scope: str | None) -> dict[str, Any]:
+    return {} if scope is None else {"scope": scope}
 
 
-def scenes(user: str) -> Call[list[dict[str, Any]]]:
-    return Call("GET", f"/v1/users/{_seg(user)}/scenes", lambda r: list(r.json()))
+def persona(user: str, scope: str | None = None) -> Call[str]:
+    """``scope``: shared (the default), ``team:<team>`` or ``agent:<agent>``, one the key may see."""
+    return Call("GET", f"/v1/users/{_seg(user)}/persona", _text, params=_scoped(scope))
 
 
-def scene(user: str, name: str) -> Call[str]:
-    return Call("GET", f"/v1/users/{_seg(user)}/scenes/{_seg(name)}", _text)
+def scenes(user: str, scope: str | None = None) -> Call[list[dict[str, Any]]]:
+    return Call("GET", f"/v1/users/{_seg(user)}/scenes", lambda r: list(r.json()), params=_scoped(scope))
+
+
+def scene(user: str, name: str, scope: str | None = None) -> Call[str]:
+    """``name`` as the scene list gives it (a Chinese topic has a Chinese name); the API checks it."""
+    if not SAFE_SCENE_NAME.fullmatch(name):
+        raise ValueError(f"{name[:80]!r} is not a scene file name (word characters, '-', '_', '.', ending .md)")
+    return Call("GET", f"/v1/users/{_seg(user)}/scenes/{quote(name)}", _text, params=_scoped(scope))
 
 
 def _operation_key(*parts: object) -> dict[str, str]:

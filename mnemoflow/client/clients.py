@@ -149,14 +149,14 @@ class Client:
     def atom(self, user: str, atom_id: str) -> AtomDrillDown:
         return self.send(calls.atom(user, atom_id))
 
-    def persona(self, user: str) -> str:
-        return self.send(calls.persona(user))
+    def persona(self, user: str, scope: str | None = None) -> str:
+        return self.send(calls.persona(user, scope))
 
-    def scenes(self, user: str) -> list[dict[str, Any]]:
-        return self.send(calls.scenes(user))
+    def scenes(self, user: str, scope: str | None = None) -> list[dict[str, Any]]:
+        return self.send(calls.scenes(user, scope))
 
-    def scene(self, user: str, name: str) -> str:
-        return self.send(calls.scene(user, name))
+    def scene(self, user: str, name: str, scope: str | None = None) -> str:
+        return self.send(calls.scene(user, name, scope))
 
     def remember(
         self, user: str, text: str, type: AtomKind | None = None, priority: int | None = None, wait: float = 0
@@ -307,14 +307,14 @@ class AsyncClient:
     async def atom(self, user: str, atom_id: str) -> AtomDrillDown:
         return await self.send(calls.atom(user, atom_id))
 
-    async def persona(self, user: str) -> str:
-        return await self.send(calls.persona(user))
+    async def persona(self, user: str, scope: str | None = None) -> str:
+        return await self.send(calls.persona(user, scope))
 
-    async def scenes(self, user: str) -> list[dict[str, Any]]:
-        return await self.send(calls.scenes(user))
+    async def scenes(self, user: str, scope: str | None = None) -> list[dict[str, Any]]:
+        return await self.send(calls.scenes(user, scope))
 
-    async def scene(self, user: str, name: str) -> str:
-        return await self.send(calls.scene(user, name))
+    async def scene(self, user: str, name: str, scope: str | None = None) -> str:
+        return await self.send(calls.scene(user, name, scope))
 
     async def remember(
         self, user: str, text: str, type: AtomKind | None = None, priority: int | None = None, wait: float = 0

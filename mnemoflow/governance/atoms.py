@@ -15,6 +15,7 @@ from mnemoflow.memory.l1.dedup import NewAtom
 from mnemoflow.memory.l1.models import AtomDraft, L1Record
 from mnemoflow.memory.l1.pipeline import L1Pipeline, L1RunResult
 from mnemoflow.memory.l1.records import RecordLog
+from mnemoflow.memory.scenes.paths import ScenePaths
 from mnemoflow.ports import Clock, Embedder, FileStore
 from mnemoflow.ports.vectors import VectorStore
 from mnemoflow.scopes import agent_scope
@@ -80,13 +81,15 @@ class AtomEditor:
 
     def forget_agent(self, tenant: str, op: ForgetAgent, operation_id: str) -> Result:
         """Delete lines for every record of the agent's private scope not deleted yet, then their index rows (those
-        of superseded versions too: a crash between the two is repaired by applying the operation again)."""
+        of superseded versions too: a crash between the two is repaired by applying the operation again), then the
+        agent's scenes and persona of this user."""
         scope = agent_scope(op.agent)
         records = [r for r in RecordLog(self._files, tenant, op.user).read(live_only=False) if r.scope == scope]
         live = [r.id for r in records if r.deleted_at is None]
         RecordLog(self._files, tenant, op.user).delete(live, self._clock.now(), operation_id)
         removed = self._store.delete(tenant, op.user, [r.id for r in records]) if records else 0
-        return {"atoms_deleted": len(live), "index_rows_removed": removed}
+        files = self._files.remove(ScenePaths(tenant, op.user, scope).base)  # its scenes and persona: derived
+        return {"atoms_deleted": len(live), "index_rows_removed": removed, "scene_files_removed": files}
 
     async def remember(self, tenant: str, op: Remember, operation_id: str) -> Result:
         """Through the similarity gate and dedup like an extracted atom, in its own scope; a near-duplicate is

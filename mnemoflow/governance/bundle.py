@@ -5,6 +5,8 @@ Format ``mnemoflow-user-bundle`` version 2: a POSIX tar whose members are
 * ``user/conversations/YYYY-MM-DD.jsonl``   L0, as stored
 * ``user/records/YYYY-MM-DD.jsonl``         L1 history (adds, supersede and delete lines)
 * ``user/scenes/*.md``, ``user/persona.md`` L2 scenes and L3 persona (no backups or undo journals)
+* ``user/agents/<agent>/scenes/*.md``, ``…/persona.md``, and the same under ``user/teams/<team>/``: those of each
+                                            private scope (docs/concepts/scopes.md)
 * ``user/state/l1_cursor.json``             how far L1 has read L0, so the importing stack does not extract again
 * ``sessions/<session>/…``                  the user's sessions (refs, offload entries, annotations, canvases,
                                             state), only when asked for
@@ -37,6 +39,7 @@ from mnemoflow.governance.operations import ImportUser
 from mnemoflow.governance.reindex import reindex_user
 from mnemoflow.ids import check_id
 from mnemoflow.memory.l0 import read_l0
+from mnemoflow.memory.scenes.paths import ScenePaths
 from mnemoflow.ports import Embedder, FileStore
 from mnemoflow.ports.vectors import VectorStore
 from mnemoflow.storage import Layout
@@ -79,7 +82,9 @@ def _walk(files: FileStore, path: str) -> Iterator[str]:
 def bundle_members(files: FileStore, tenant: str, user: str, sessions: bool) -> list[tuple[str, str]]:
     """(member name, stored path) of everything a bundle holds for this user."""
     home = Layout.user_dir(tenant, user)
-    out = [(f"user/{p[len(home) + 1 :]}", p) for part in _USER_PARTS for p in _walk(files, f"{home}/{part}")]
+    scoped = [ScenePaths(tenant, user, s) for s in ScenePaths(tenant, user).scopes_on_disk(files)]
+    parts = [f"{home}/{part}" for part in _USER_PARTS] + [p for s in scoped for p in (s.scenes_dir, s.persona)]
+    out = [(f"user/{p[len(home) + 1 :]}", p) for part in parts for p in _walk(files, part)]
     if sessions:
         names = sorted({m.session for m in read_l0(files, tenant, user, limit=10**9)})
         for s in names:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from mnemoflow.errors import MnemoflowError, StorageError
 from mnemoflow.governance.fence import ErasureFence, UserErased
@@ -41,7 +41,7 @@ from mnemoflow.memory.scenes.plan import ScenePolicy
 from mnemoflow.memory.scenes.schedule import L2Timer, L2Timing
 from mnemoflow.memory.scenes.store import SceneStore
 from mnemoflow.ports import Clock, FileStore
-from mnemoflow.scopes import SHARED
+from mnemoflow.scopes import SHARED, Scope
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +67,21 @@ class L2Cursor(BaseModel):
         return L2Cursor(ts=upto, ids=tuple(sorted(same)))
 
 
+class ScopeCuration(BaseModel):
+    """The L2 cursor and the persona counters of one scope of a user."""
+
+    model_config = ConfigDict(frozen=True)
+
+    persona: PersonaState = PersonaState()
+    cursor: L2Cursor = L2Cursor()
+
+
 class CurationState(BaseModel):
-    """Everything L2/L3 remembers about a user between runs (``.l2l3_state.json``)."""
+    """Everything L2/L3 remembers about a user between runs (``.l2l3_state.json``).
+
+    The timer is the user's: one run curates every scope. The shared scope's cursor and persona counters keep
+    their fields; each team or agent scope with memory has its own in ``scopes`` (written only when there is one,
+    so the file of a user whose agents name nobody is as it was)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -76,6 +89,26 @@ class CurationState(BaseModel):
     timer: L2Timer = L2Timer()
     persona: PersonaState = PersonaState()
     cursor: L2Cursor = L2Cursor()
+    scopes: dict[Scope, ScopeCuration] = Field(default_factory=dict, exclude_if=lambda v: not v)
+
+    def of(self, scope: str) -> ScopeCuration:
+        if scope == SHARED:
+            return ScopeCuration(persona=self.persona, cursor=self.cursor)
+        return self.scopes.get(scope, ScopeCuration())
+
+    def with_scope(self, scope: str, part: ScopeCuration) -> CurationState:
+        if scope == SHARED:
+            return self.model_copy(update={"persona": part.persona, "cursor": part.cursor})
+        return self.model_copy(update={"scopes": {**self.scopes, scope: part}})
+
+
+@dataclass(frozen=True, slots=True)
+class ScopePass:
+    """One scope's scene passes in a run: what the persona step after them needs."""
+
+    scope: str
+    scenes: SceneStore
+    report: ScenePassReport
 
 
 Status = Literal["applied", "skipped", "failed", "dropped"]
@@ -237,49 +270,81 @@ class Curator:
     async def _run(self, files: FileStore, tenant: str, user: str, state: CurationState) -> CurationOutcome:
         if not files.exists(ScenePaths(tenant, user).user_dir):  # erased (or never there): write nothing back
             return CurationOutcome(tenant, user, "skipped")
-        scenes = SceneStore(files, tenant, user)
         try:
-            # Shared atoms only, until scenes and persona are kept per scope (docs/concepts/scopes.md): the scene files
-            # and the persona are read by every agent of the user, so no private atom may reach them.
-            records = [r for r in RecordLog(files, tenant, user).read(live_only=False) if r.scope == SHARED]
-            if forget_in_scenes(scenes, records, self.clock.now()):  # the persona follows, even after a failure
-                state = state.model_copy(update={"persona": state.persona.model_copy(update={"rewrite_pending": True})})
-                self._save(files, tenant, user, state)
-            atoms = [to_scene_input(r) for r in records if r.live and state.cursor.admits(r)]
-            report = await run_scene_passes(
-                scenes, self.scene_engine, atoms, now=self.clock.now, policy=self.policy, batch_size=self.batch_size
-            )
-        except MnemoflowError as exc:  # reading records or the journal recovery failed: nothing was committed
+            records = RecordLog(files, tenant, user).read(live_only=False)
+        except MnemoflowError as exc:
             return self._failed(tenant, user, f"L2: {exc}")
-        committed = [o for o in report.outcomes if o.status == "applied"]
-        consumed = sum(o.atoms for o in committed)
-        cursor = state.cursor
-        if report.cursor is not None:
-            cursor = cursor.advance(atoms, report.cursor)
-        persona = state.persona
-        if committed:
-            persona = after_scene_pass(
-                persona,
-                atoms=consumed,
-                applied=any(o.changed or o.deleted for o in committed),
-                reason=report.persona_update_reason,
-            )
-        if report.error is not None:
-            if committed:  # the committed windows are a successful step: keep them, retry the rest
-                self._save(files, tenant, user, state.model_copy(update={"cursor": cursor, "persona": persona}))
-            return self._failed(tenant, user, f"L2: {report.error}", report, cursor.ts)
-        result: sched.L2Result = "applied" if report.applied else "skipped"
+        # Each scope's scenes and persona are made from that scope's atoms only (docs/concepts/scopes.md): no
+        # engine call ever sees two scopes' memories together, and no private atom reaches the shared files.
+        by_scope: dict[str, list[L1Record]] = {SHARED: []}
+        for record in records:
+            by_scope.setdefault(record.scope, []).append(record)
+        state = self._drop_emptied_scopes(files, tenant, user, state, by_scope)
+        passes: list[ScopePass] = []
+        for scope in [SHARED, *sorted(set(by_scope) - {SHARED})]:
+            try:
+                state, done = await self._scene_pass(files, tenant, user, scope, by_scope[scope], state)
+            except MnemoflowError as exc:  # reading the journal or recovering failed: nothing was committed
+                return self._failed(tenant, user, f"L2{_named(scope)}: {exc}")
+            if done.report.error is not None:
+                if done.report.applied:  # the committed windows are a successful step: keep them, retry the rest
+                    self._save(files, tenant, user, state)
+                return self._failed(
+                    tenant, user, f"L2{_named(scope)}: {done.report.error}", done.report, state.of(scope).cursor.ts
+                )
+            passes.append(done)
+        result: sched.L2Result = "applied" if any(p.report.applied for p in passes) else "skipped"
         timer_before = state.timer
         state = state.model_copy(
-            update={
-                "cursor": cursor,
-                "persona": persona,
-                "timer": sched.on_l2_done(timer_before, self.clock.now(), result, self.timing),
-            }
+            update={"timer": sched.on_l2_done(timer_before, self.clock.now(), result, self.timing)}
         )
         self._save(files, tenant, user, state)
         self._failures.pop((tenant, user))
-        return await self._after_l2(files, tenant, user, state, report, result, timer_before, scenes)
+        return await self._after_l2(files, tenant, user, state, passes, result, timer_before)
+
+    def _drop_emptied_scopes(
+        self, files: FileStore, tenant: str, user: str, state: CurationState, by_scope: dict[str, list[L1Record]]
+    ) -> CurationState:
+        """A team or agent scope with no live atom left (its agent was forgotten, its memories deleted) loses its
+        folder and its state, and is not curated: derived files of nothing are not kept."""
+        paths = ScenePaths(tenant, user)
+        emptied = {s for s, rs in by_scope.items() if s != SHARED and not any(r.live for r in rs)}
+        emptied |= (set(state.scopes) | set(paths.scopes_on_disk(files))) - set(by_scope)
+        for scope in sorted(emptied):
+            files.remove(ScenePaths(tenant, user, scope).base)
+            by_scope.pop(scope, None)
+        if not emptied & set(state.scopes):
+            return state
+        state = state.model_copy(update={"scopes": {k: v for k, v in state.scopes.items() if k not in emptied}})
+        self._save(files, tenant, user, state)
+        return state
+
+    async def _scene_pass(
+        self, files: FileStore, tenant: str, user: str, scope: str, records: list[L1Record], state: CurationState
+    ) -> tuple[CurationState, ScopePass]:
+        """The scene passes of one scope over its atoms not consumed yet; the state with its cursor and persona
+        counters moved by what was committed."""
+        scenes = SceneStore(files, tenant, user, scope)
+        part = state.of(scope)
+        if forget_in_scenes(scenes, records, self.clock.now()):  # the persona follows, even after a failure
+            part = part.model_copy(update={"persona": part.persona.model_copy(update={"rewrite_pending": True})})
+            state = state.with_scope(scope, part)
+            self._save(files, tenant, user, state)
+        atoms = [to_scene_input(r) for r in records if r.live and part.cursor.admits(r)]
+        report = await run_scene_passes(
+            scenes, self.scene_engine, atoms, now=self.clock.now, policy=self.policy, batch_size=self.batch_size
+        )
+        committed = [o for o in report.outcomes if o.status == "applied"]
+        cursor = part.cursor if report.cursor is None else part.cursor.advance(atoms, report.cursor)
+        persona = part.persona
+        if committed:
+            persona = after_scene_pass(
+                persona,
+                atoms=sum(o.atoms for o in committed),
+                applied=any(o.changed or o.deleted for o in committed),
+                reason=report.persona_update_reason,
+            )
+        return state.with_scope(scope, ScopeCuration(persona=persona, cursor=cursor)), ScopePass(scope, scenes, report)
 
     async def _after_l2(
         self,
@@ -287,39 +352,47 @@ class Curator:
         tenant: str,
         user: str,
         state: CurationState,
-        report: ScenePassReport,
+        passes: list[ScopePass],
         result: sched.L2Result,
         timer_before: L2Timer,
-        scenes: SceneStore,
     ) -> CurationOutcome:
-        """Navigation refresh and persona; a failure here is reported, the L2 step already stands. When scenes
-        lost deleted memories the persona is written anew from them (it may still hold them)."""
-        persona_store = PersonaStore(files, tenant, user)
-        error: str | None = None
+        """Navigation refresh and persona of each scope; a failure here is reported, the L2 step already stands.
+        When scenes lost deleted memories the persona is written anew from them (it may still hold them). The
+        outcome's persona status is the shared persona's."""
+        errors: list[str] = []
         p_status: PersonaStatus = "not_evaluated"
         p_reason = ""
-        forgot = state.persona.rewrite_pending
-        try:
-            if report.applied or forgot:
-                persona_store.refresh_navigation(scenes.load())
-            if forgot or sched.l3_after_l2(timer_before, result):
-                new_persona, p_out = await generate_persona(
-                    persona_store,
-                    scenes,
-                    self.persona_engine,
-                    state.persona,
-                    now=self.clock.now(),
-                    every_n=self.every_n,
-                    rewrite="memories were deleted" if forgot else None,
-                )
-                p_status, p_reason = p_out.status, p_out.reason
-                if new_persona != state.persona:
-                    state = state.model_copy(update={"persona": new_persona})
-                    self._save(files, tenant, user, state)
-        except (MnemoflowError, ValueError) as exc:
-            log.error("persona %s/%s failed: %s", tenant, user, exc)
-            error, p_status, p_reason = f"L3: {exc}", "failed", str(exc)
-        outs = [o for o in report.outcomes if o.status == "applied"]
+        for done in passes:
+            persona_store = PersonaStore(files, tenant, user, done.scope)
+            part = state.of(done.scope)
+            forgot = part.persona.rewrite_pending
+            status: PersonaStatus = "not_evaluated"
+            reason = ""
+            try:
+                if done.report.applied or forgot:
+                    persona_store.refresh_navigation(done.scenes.load())
+                scope_result: sched.L2Result = "applied" if done.report.applied else "skipped"
+                if forgot or sched.l3_after_l2(timer_before, scope_result):
+                    new_persona, p_out = await generate_persona(
+                        persona_store,
+                        done.scenes,
+                        self.persona_engine,
+                        part.persona,
+                        now=self.clock.now(),
+                        every_n=self.every_n,
+                        rewrite="memories were deleted" if forgot else None,
+                    )
+                    status, reason = p_out.status, p_out.reason
+                    if new_persona != part.persona:
+                        state = state.with_scope(done.scope, part.model_copy(update={"persona": new_persona}))
+                        self._save(files, tenant, user, state)
+            except (MnemoflowError, ValueError) as exc:
+                log.error("persona %s/%s%s failed: %s", tenant, user, _named(done.scope), exc)
+                errors.append(f"L3{_named(done.scope)}: {exc}")
+                status, reason = "failed", str(exc)
+            if done.scope == SHARED:
+                p_status, p_reason = status, reason
+        outs = [o for done in passes for o in done.report.outcomes if o.status == "applied"]
         return CurationOutcome(
             tenant,
             user,
@@ -332,10 +405,14 @@ class Curator:
             deleted=tuple(n for o in outs for n in o.deleted),
             persona=p_status,
             persona_reason=p_reason,
-            error=error,
+            error="; ".join(errors) or None,
             next_wakeup=sched.next_wakeup(state.timer),
             cursor=state.cursor.ts,
-            scene_files=tuple(sorted(scenes.load())),
+            scene_files=tuple(
+                name if done.scope == SHARED else f"{done.scope}/{name}"
+                for done in passes
+                for name in sorted(done.scenes.load())
+            ),
         )
 
     def _failed(
@@ -358,3 +435,9 @@ class Curator:
             next_wakeup=self.clock.now() + delay,
             cursor=cursor,
         )
+
+
+def _named(scope: str) -> str:
+    """`` (agent:coder)`` in a message about a private scope; nothing for the shared one, whose messages are as
+    they were."""
+    return "" if scope == SHARED else f" ({scope})"

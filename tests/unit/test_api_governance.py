@@ -256,6 +256,8 @@ def test_forgetting_an_agent_removes_its_private_memory_and_nothing_shared(api: 
         assert sent.status_code == 202, sent.text
     api.work()
     before = {a["content"]: a.get("scope", "shared") for a in api.atoms().json()["atoms"]}
+    api.files.write_atomic("acme/users/ana/agents/coder/persona.md", b"Reply in French")  # as the curator writes it
+    api.files.write_atomic("acme/users/ana/agents/support/persona.md", b"Greet Ana by name")
     assert [a["content"] for a in api.atoms(scope="agent:support").json()["atoms"]] == ["Greet Ana by name"]
     assert api.atoms(scope="agent:").status_code == 422  # not a scope
     assert before["Reply to Ana in French"] == "agent:coder" and before["Ana sails on Sundays"] == "shared"
@@ -263,7 +265,9 @@ def test_forgetting_an_agent_removes_its_private_memory_and_nothing_shared(api: 
     assert gone.status_code == 202
     api.work()
     status = api.client.get("/v1/operations/forget-1", headers=ACME).json()
-    assert status["status"] == "applied" and status["result"] == {"atoms_deleted": 1, "index_rows_removed": 1}
+    assert status["status"] == "applied"
+    assert status["result"] == {"atoms_deleted": 1, "index_rows_removed": 1, "scene_files_removed": 1}
+    assert api.files.list_dir("acme/users/ana/agents") == ["support"]
     after = {a["content"] for a in api.atoms().json()["atoms"]}
     assert after == set(before) - {"Reply to Ana in French"}
     assert {h.row.text for h in api.store.dense_search("acme", "ana", EMB.embed(["Ana"])[0], 20)} == after

@@ -179,14 +179,33 @@ def test_conversation_search_and_drill_down_show_a_bound_key_only_the_messages_i
     assert drill("k-admin", "a2") == (200, ["m1"], 0)
 
 
-@pytest.mark.parametrize(
-    "path", ["/v1/users/ana/conversations", "/v1/users/ana/atoms", "/v1/users/ana/export", "/v1/users/ana/persona"]
-)
+@pytest.mark.parametrize("path", ["/v1/users/ana/conversations", "/v1/users/ana/atoms", "/v1/users/ana/export"])
 def test_routes_that_read_unfiltered_need_an_admin_key(setup, path: str) -> None:
     client, _ = setup
     response = client.get(path, headers=auth("k-coder"))
     assert response.status_code == 403 and "needs a tenant admin key" in response.json()["detail"]
     assert client.get(path, headers=auth("k-admin")).status_code != 403
+
+
+def test_persona_and_scenes_of_each_scope_go_to_the_keys_that_may_see_it(setup, tmp_path: Path) -> None:
+    client, _ = setup
+    files = LocalFileStore(tmp_path)
+    files.write_atomic("acme/users/ana/persona.md", b"Ana drinks oat milk")
+    files.write_atomic("acme/users/ana/agents/coder/persona.md", b"Answer Ana in bullet points")
+    files.write_atomic("acme/users/ana/agents/coder/scenes/回答-格式.md", "用要点回答".encode())
+
+    def get(path: str, key: str, scope: str | None = None) -> tuple[int, str]:
+        response = client.get(path, params={"scope": scope} if scope else {}, headers=auth(key))
+        return response.status_code, response.text
+
+    assert get("/v1/users/ana/persona", "k-coder") == (200, "Ana drinks oat milk")
+    assert get("/v1/users/ana/persona", "k-coder", "agent:coder") == (200, "Answer Ana in bullet points")
+    assert get("/v1/users/ana/scenes/回答-格式.md", "k-coder", "agent:coder") == (200, "用要点回答")
+    assert get("/v1/users/ana/persona", "k-support", "agent:coder")[0] == 404  # as if there were none
+    assert get("/v1/users/ana/scenes/回答-格式.md", "k-eng", "agent:coder")[0] == 404
+    assert get("/v1/users/ana/persona", "k-admin", "agent:coder")[0] == 200  # admin keys see every scope
+    assert get("/v1/users/ana/persona", "k-admin", "agents:coder")[0] == 422
+    assert get("/v1/users/ana/scenes/..md", "k-coder")[0] == 400
 
 
 @pytest.mark.parametrize(

@@ -312,13 +312,28 @@ def test_a_scene_that_cites_no_new_memory_is_asked_again_with_why(tmp_path: Path
     assert block.engine == "llm" and block.atom_ids == ("a0", "a1")
 
 
-def test_private_and_team_atoms_never_reach_the_scenes_or_persona_every_agent_reads(env) -> None:  # type: ignore[no-untyped-def]
-    """Until scenes and persona are kept per scope (docs/concepts/scopes.md), they are built from shared atoms only."""
+def test_each_scope_has_scenes_and_a_persona_of_its_own_atoms_only(env) -> None:  # type: ignore[no-untyped-def]
+    """Shared, an agent's and a team's atoms are curated apart (docs/concepts/scopes.md): no engine call sees two
+    scopes' atoms, the shared files hold no private atom, and each private scope's files are under its folder."""
     files, clock, spy, cur = env
     private = rec(2, "prefers tabs over spaces in python", T0).model_copy(update={"scope": "agent:coder"})
     team = rec(3, "on call rota for the payments team", T0).model_copy(update={"scope": "team:eng"})
     write(files, [rec(1, "lives in Lyon and likes green tea", T0), private, team])
     out = asyncio.run(cur.run_now("acme", "alice"))
-    assert out.status == "applied" and spy.seen == [["a1"]]
-    persona = PersonaStore(files, "acme", "alice").read_body()
-    assert "Lyon" in persona and "tabs" not in persona and "rota" not in persona
+    assert out.status == "applied" and spy.seen == [["a1"], ["a2"], ["a3"]]  # shared first, then by scope
+    personas = {s: PersonaStore(files, "acme", "alice", s).read_body() for s in ("shared", "agent:coder", "team:eng")}
+    assert "Lyon" in personas["shared"] and "tabs" not in personas["shared"] and "rota" not in personas["shared"]
+    assert "tabs" in personas["agent:coder"] and "Lyon" not in personas["agent:coder"]
+    assert "rota" in personas["team:eng"] and "tabs" not in personas["team:eng"]
+    coder = SceneStore(files, "acme", "alice", "agent:coder").load()
+    assert [b.atom_ids for b in coder.values()] == [("a2",)]
+    assert all(f.startswith(("agent:coder/", "team:eng/")) or "/" not in f for f in out.scene_files)
+    assert files.exists("acme/users/alice/agents/coder/persona.md")
+    assert set(cur.load("acme", "alice").scopes) == {"agent:coder", "team:eng"}
+
+    RecordLog(files, "acme", "alice").delete(["a2"], T0 + timedelta(hours=1), "op-forget")  # the coder is forgotten
+    clock.advance(timedelta(hours=2))
+    asyncio.run(cur.run_now("acme", "alice"))
+    assert not files.exists("acme/users/alice/agents/coder/persona.md")
+    assert files.list_dir("acme/users/alice/agents") == [] and set(cur.load("acme", "alice").scopes) == {"team:eng"}
+    assert "Lyon" in PersonaStore(files, "acme", "alice").read_body()  # the shared memory is untouched

@@ -476,6 +476,7 @@ def test_a_bundle_keeps_each_atoms_scope_and_each_messages_agent(stack: Stack, t
     asyncio.run(stack.pipeline.run("acme", "ana"))
     scopes = {r.content: r.scope for r in live(stack, "ana")}
     assert scopes["From now on always answer me in short bullet points."] == "agent:coder"
+    stack.files.write_atomic("acme/users/ana/agents/coder/persona.md", b"- short bullet points")  # as L3 writes it
     bundle = io.BytesIO()
     export_user(stack.files, "acme", "ana", bundle, embedding_model=EMB.model_id, at=T0)
     other = Stack(tmp_path / "elsewhere", tenant="globex")
@@ -485,6 +486,7 @@ def test_a_bundle_keeps_each_atoms_scope_and_each_messages_agent(stack: Stack, t
     rows = other.store.get("globex", "ana2", [r.id for r in live(other, "ana2")])
     assert {r.text: r.scope for r in rows} == scopes
     assert {m.agent for m in read_l0(other.files, "globex", "ana2", limit=1000) if m.id.startswith("c")} == {"coder"}
+    assert other.files.read_bytes("globex/users/ana2/agents/coder/persona.md") == b"- short bullet points"
 
 
 def test_a_bundle_of_the_version_before_scopes_still_imports_and_an_unknown_version_is_refused(

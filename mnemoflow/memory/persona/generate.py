@@ -28,6 +28,7 @@ from mnemoflow.memory.scenes.model import SceneBlock, format_ts
 from mnemoflow.memory.scenes.paths import ScenePaths
 from mnemoflow.memory.scenes.store import SceneStore
 from mnemoflow.ports import FileStore
+from mnemoflow.scopes import SHARED
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +79,13 @@ def _flames(heat: int) -> str:
     return "🔥" * sum(heat >= t for t in (50, 100, 200, 500, 1000))
 
 
-def render_navigation(scenes: dict[str, SceneBlock], prefix: str = "scenes/") -> str:
+def render_navigation(scenes: dict[str, SceneBlock], prefix: str = "scenes/", framed: bool = True) -> str:
     """The navigation tail (docs/tdam-spec.md §3.5): hottest first; ``prefix`` is relative in the file, absolute in
-    recall."""
+    recall. Unframed: the scene entries alone, for a part of recall's navigation that follows a framed one."""
     live = sorted((b for b in scenes.values() if not b.deleted), key=lambda b: (-b.heat, b.filename))
     lines = ["---", NAV_HEADER, "*Scene files hold the details behind this profile; open one when a topic comes up.*"]
+    if not framed:
+        lines = []
     for b in live:
         updated = format_ts(b.updated) if b.updated else "?"
         flames = " " + _flames(b.heat) if b.heat >= 50 else ""
@@ -92,8 +95,9 @@ def render_navigation(scenes: dict[str, SceneBlock], prefix: str = "scenes/") ->
             f"heat: {b.heat}{flames} | updated: {updated}",
             f"Summary: {b.summary}",
         ]
-    lines += ["", "*heat: how often the scene was updated or merged; updated: last change (UTC).*"]
-    return "\n".join(lines)
+    if framed:
+        lines += ["", "*heat: how often the scene was updated or merged; updated: last change (UTC).*"]
+    return "\n".join(lines).strip("\n")
 
 
 def navigation_scenes(persona_text: str) -> list[str]:
@@ -102,11 +106,11 @@ def navigation_scenes(persona_text: str) -> list[str]:
 
 
 class PersonaStore:
-    """``persona.md`` of one user, with ``backup_slots`` rotating backups of the previous file."""
+    """``persona.md`` of one user in one scope, with ``backup_slots`` rotating backups of the previous file."""
 
-    def __init__(self, files: FileStore, tenant: str, user: str, *, backup_slots: int = 3) -> None:
+    def __init__(self, files: FileStore, tenant: str, user: str, scope: str = SHARED, *, backup_slots: int = 3) -> None:
         self.files = files
-        self.paths = ScenePaths(tenant, user)
+        self.paths = ScenePaths(tenant, user, scope)
         self.backup_slots = backup_slots
 
     def read(self) -> str:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 
 from pydantic import BaseModel, ConfigDict
 
@@ -144,11 +145,15 @@ class Recaller:
         config: RecallConfig | None = None,
         timed_out: bool = False,
         elapsed_ms: float = 0.0,
+        viewer: Viewer | None = None,
     ) -> RecallResult:
+        """The hits as prepend lines, and the persona and scene navigation of the scopes ``viewer`` sees (the
+        shared scope's alone without one)."""
         cfg = config or self.config
         lines = fit([memory_line(h.row, cfg.max_line_chars, self.tools) for h in hits], cfg.max_prepend_chars)
-        persona = clip(self._context.persona(tenant, user), cfg.max_persona_chars)
-        nav = clip(self._context.navigation(tenant, user), cfg.max_navigation_chars)
+        scopes = (SHARED,) if viewer is None else viewer.scopes()
+        persona = scoped_context(scopes, partial(self._context.persona, tenant, user), cfg.max_persona_chars)
+        nav = scoped_context(scopes, partial(self._context.navigation, tenant, user), cfg.max_navigation_chars)
         return RecallResult(
             prepend_context=prepend_context(lines),
             system_context=system_context(persona, nav, self.tools, bool(lines)),
@@ -170,7 +175,7 @@ class Recaller:
         """Search and render without a timeout (tests, benchmarks, callers with their own deadline)."""
         start = time.perf_counter()
         hits = self.hits(tenant, user, query, vector, config, viewer=viewer)
-        return self.render(tenant, user, hits, config, elapsed_ms=(time.perf_counter() - start) * 1000)
+        return self.render(tenant, user, hits, config, elapsed_ms=(time.perf_counter() - start) * 1000, viewer=viewer)
 
     async def recall(
         self, tenant: str, user: str, query: str, config: RecallConfig | None = None, viewer: Viewer | None = None
@@ -183,7 +188,7 @@ class Recaller:
             timed_out = False
         except TimeoutError:
             hits, timed_out = [], True
-        return self.render(tenant, user, hits, cfg, timed_out, (time.perf_counter() - start) * 1000)
+        return self.render(tenant, user, hits, cfg, timed_out, (time.perf_counter() - start) * 1000, viewer)
 
     def memory_search(
         self,
@@ -232,3 +237,20 @@ class Recaller:
         msgs = [m for m in read_l0(self._files, tenant, user, limit=10**7) if m.id in ids] if ids else []
         shown = [m for m in msgs if visible is None or m.scope in visible]
         return DrillDown(record, shown, len(msgs) - len(shown))
+
+
+SCOPE_TITLES = {"team": "Shared within team {}", "agent": "Known to agent {} only"}
+"""The line that opens a private scope's part of the persona or navigation, so the agent knows whose it is."""
+
+
+def scoped_context(scopes: Sequence[str], read: Callable[[str], str], budget: int) -> str:
+    """One scope's text after another (shared, team, agent), within ``budget`` characters: each private part gets
+    at most a quarter of it, the shared one what they leave. A viewer with no private memory gets the shared text
+    as it was, with the whole budget."""
+    private = []
+    for scope in scopes[1:]:
+        if text := read(scope).strip():
+            kind, _, name = scope.partition(":")
+            private.append(clip(f"### {SCOPE_TITLES[kind].format(name)}\n{text}", budget // 4))
+    shared = clip(read(scopes[0]), max(0, budget - sum(len(p) + 2 for p in private)))
+    return "\n\n".join(part for part in (shared, *private) if part)

@@ -14,38 +14,47 @@ from mnemoflow.memory.persona.generate import PersonaStore, render_navigation
 from mnemoflow.memory.scenes.paths import ScenePaths
 from mnemoflow.memory.scenes.store import SceneStore
 from mnemoflow.ports import FileStore
+from mnemoflow.scopes import SHARED
 
 
 class ContextSource(Protocol):
-    def persona(self, tenant: str, user: str) -> str:
-        """The user's persona text without any navigation block; empty when there is none."""
+    def persona(self, tenant: str, user: str, scope: str = SHARED) -> str:
+        """The persona text of one scope of the user without any navigation block; empty when there is none."""
         ...
 
-    def navigation(self, tenant: str, user: str) -> str:
-        """The scene navigation (live scenes, hottest first, paths under the user's folder); empty when none."""
+    def navigation(self, tenant: str, user: str, scope: str = SHARED) -> str:
+        """One scope's scene navigation (live scenes, hottest first, paths under the user's folder); empty when
+        none."""
         ...
 
 
 class FileContextSource:
-    """Reads ``persona.md`` and ``scenes/*.md`` (docs/DESIGN.md §5) through the L2/L3 stores."""
+    """Reads ``persona.md`` and ``scenes/*.md`` (docs/DESIGN.md §5) of each scope through the L2/L3 stores."""
 
     def __init__(self, files: FileStore) -> None:
         self._files = files
 
-    def persona(self, tenant: str, user: str) -> str:
-        return PersonaStore(self._files, tenant, user).read_for_prompt()
+    def persona(self, tenant: str, user: str, scope: str = SHARED) -> str:
+        """A private scope's persona loses its title line: recall gives the part a heading that names the scope."""
+        text = PersonaStore(self._files, tenant, user, scope).read_for_prompt()
+        return text if scope == SHARED or not text.startswith("# ") else text.partition("\n")[2].strip()
 
-    def navigation(self, tenant: str, user: str) -> str:
-        scenes = SceneStore(self._files, tenant, user).load()
+    def navigation(self, tenant: str, user: str, scope: str = SHARED) -> str:
+        """A private scope's entries come without the navigation's frame, which the shared part already has."""
+        scenes = SceneStore(self._files, tenant, user, scope).load()
         if not scenes:
             return ""
-        return render_navigation(scenes, prefix=ScenePaths(tenant, user).scenes_dir + "/")
+        prefix = ScenePaths(tenant, user, scope).scenes_dir + "/"
+        return render_navigation(scenes, prefix=prefix, framed=scope == SHARED)
 
 
 def context_digest(files: FileStore, tenant: str, user: str) -> str:
-    """What recall's system context is made of (the persona and scene files, read raw), hashed: any rewrite
-    changes it, so a recall kept for reuse is dropped when the context it rendered changed."""
-    paths, digest = ScenePaths(tenant, user), hashlib.blake2b(digest_size=16)
-    for path in (paths.persona, *(paths.scene(name) for name in SceneStore(files, tenant, user).names())):
-        digest.update(path.encode() + b"\0" + (files.read_bytes(path) or b"") + b"\0")
+    """What recall's system context is made of (the persona and scene files of every scope, read raw), hashed:
+    any rewrite changes it, so a recall kept for reuse is dropped when the context it rendered changed."""
+    digest = hashlib.blake2b(digest_size=16)
+    for scope in (SHARED, *ScenePaths(tenant, user).scopes_on_disk(files)):
+        paths = ScenePaths(tenant, user, scope)
+        names = SceneStore(files, tenant, user, scope).names()
+        for path in (paths.persona, *(paths.scene(name) for name in names)):
+            digest.update(path.encode() + b"\0" + (files.read_bytes(path) or b"") + b"\0")
     return digest.hexdigest()

@@ -14,6 +14,7 @@ from mnemoflow.memory.persona.generate import PersonaStore, navigation_scenes
 from mnemoflow.memory.scenes.store import SceneStore
 from mnemoflow.memory.scenes.text import parse_items
 from mnemoflow.ports import FileStore
+from mnemoflow.scopes import SHARED
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,13 +39,13 @@ def scene_ref(scenes: SceneStore, filename: str) -> SceneRef | None:
     return SceneRef(block.filename, block.summary, block.heat, block.atom_ids, visible, block.engine)
 
 
-def drill_down(files: FileStore, tenant: str, user: str) -> list[SceneRef]:
-    """Every scene the persona navigates to, in navigation order (hottest first), with its atom ids.
+def drill_down(files: FileStore, tenant: str, user: str, scope: str = SHARED) -> list[SceneRef]:
+    """Every scene the persona of ``scope`` navigates to, in navigation order (hottest first), with its atom ids.
 
     Without a persona yet, the live scenes themselves, hottest first.
     """
-    scenes = SceneStore(files, tenant, user)
-    names = navigation_scenes(PersonaStore(files, tenant, user).read())
+    scenes = SceneStore(files, tenant, user, scope)
+    names = navigation_scenes(PersonaStore(files, tenant, user, scope).read())
     if not names:
         names = [b.filename for b in sorted(scenes.load().values(), key=lambda b: (-b.heat, b.filename))]
     refs = []

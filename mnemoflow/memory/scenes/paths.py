@@ -14,23 +14,43 @@ import posixpath
 from pathlib import Path
 
 from mnemoflow.errors import InvalidInput
+from mnemoflow.ids import check_id
 from mnemoflow.memory.scenes.model import SAFE_SCENE_NAME
 from mnemoflow.ports import FileStore
+from mnemoflow.scopes import SHARED
 from mnemoflow.storage import Layout
+
+SCOPE_FOLDERS = {"agent": "agents", "team": "teams"}
+"""The folder under a user's that holds each private kind of scope's scenes and persona (docs/concepts/scopes.md)."""
 
 
 class ScenePaths:
-    """Relative paths (under the FileStore root) of one user's L2/L3 files."""
+    """Relative paths (under the FileStore root) of one user's L2/L3 files, in one scope.
 
-    def __init__(self, tenant: str, user: str) -> None:
+    The shared scope's files keep their place in the user's folder; a team's are under ``teams/<team>/`` and an
+    agent's under ``agents/<agent>/``, with the same names inside. The curation state is one file per user."""
+
+    def __init__(self, tenant: str, user: str, scope: str = SHARED) -> None:
         self.user_dir = Layout.user_dir(tenant, user)  # checks both ids
-        self.scenes_dir = f"{self.user_dir}/scenes"
-        self.persona = f"{self.user_dir}/persona.md"
+        self.scope = scope
+        self.base = self.user_dir if scope == SHARED else f"{self.user_dir}/{scope_folder(scope)}"
+        self.scenes_dir = f"{self.base}/scenes"
+        self.persona = f"{self.base}/persona.md"
         self.journal = f"{self.scenes_dir}/.backup/journal.json"
         self.state = f"{self.user_dir}/.l2l3_state.json"
-        self.persona_backups = f"{self.user_dir}/.persona_backup"
-        self.derived = (self.scenes_dir, self.persona, self.persona_backups, self.state)
+        self.persona_backups = f"{self.base}/.persona_backup"
+        scoped = tuple(f"{self.user_dir}/{folder}" for folder in SCOPE_FOLDERS.values())
+        self.derived = (self.scenes_dir, self.persona, self.persona_backups, self.state, *scoped)
         """Everything L2/L3 writes (rebuilt from L1; what an erase during a pass must not leave behind)."""
+
+    def scopes_on_disk(self, files: FileStore) -> list[str]:
+        """The private scopes that have a folder of scenes or persona under this user, sorted."""
+        return sorted(
+            f"{kind}:{name}"
+            for kind, folder in SCOPE_FOLDERS.items()
+            for name in files.list_dir(f"{self.user_dir}/{folder}")
+            if _is_id(name)
+        )
 
     def scene_backup(self, slot: int) -> str:
         return f"{self.scenes_dir}/.backup/pass-{slot:02d}.json"
@@ -47,6 +67,22 @@ class ScenePaths:
             raise InvalidInput(f"scene name {name[:80]!r} leaves the scenes folder")
         confine_resolved(files, self.scenes_dir, joined)
         return joined
+
+
+def scope_folder(scope: str) -> str:
+    """``agents/<agent>`` or ``teams/<team>`` for a private scope; :class:`InvalidInput` for anything else."""
+    kind, _, name = scope.partition(":")
+    if kind not in SCOPE_FOLDERS or not _is_id(name):
+        raise InvalidInput(f"{scope[:80]!r} is not a team or agent scope")
+    return f"{SCOPE_FOLDERS[kind]}/{name}"
+
+
+def _is_id(name: str) -> bool:
+    try:
+        check_id(name)
+    except ValueError:
+        return False
+    return True
 
 
 def confine_resolved(files: FileStore | None, folder: str, path: str) -> None:

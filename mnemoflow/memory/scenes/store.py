@@ -19,6 +19,7 @@ from mnemoflow.errors import InvalidInput, StorageError
 from mnemoflow.memory.scenes.model import SceneBlock, format_ts, parse_scene, render_scene
 from mnemoflow.memory.scenes.paths import ScenePaths
 from mnemoflow.ports import FileStore
+from mnemoflow.scopes import SHARED
 
 log = logging.getLogger(__name__)
 
@@ -26,11 +27,13 @@ _TOMBSTONE = "-----META-START-----\nsummary: \nheat: 0\ndeleted: true\n-----META
 
 
 class SceneStore:
-    """Scene files of one (tenant, user); every path goes through :meth:`ScenePaths.scene`."""
+    """Scene files of one (tenant, user) in one scope; every path goes through :meth:`ScenePaths.scene`."""
 
-    def __init__(self, files: FileStore, tenant: str, user: str, *, backup_slots: int = 10) -> None:
+    def __init__(
+        self, files: FileStore, tenant: str, user: str, scope: str = SHARED, *, backup_slots: int = 10
+    ) -> None:
         self.files = files
-        self.paths = ScenePaths(tenant, user)
+        self.paths = ScenePaths(tenant, user, scope)
         self.backup_slots = backup_slots
 
     def names(self) -> list[str]:
