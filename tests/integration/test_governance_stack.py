@@ -305,14 +305,29 @@ def test_two_agents_of_one_user_share_its_facts_and_keep_their_instructions(stac
     assert refused.status_code == 404 and "no agent support for this key" in refused.json()["detail"]
     with client(stack, CODER_KEY) as coder:
         recall = coder.post("/v1/recall", json={"user": "nia", "query": query}).json()
-    assert "[instruction, private] " + INSTRUCTION in recall["prepend_context"]
+        assert "[instruction, private] " + INSTRUCTION in recall["prepend_context"]
+        # the curator writes each scope's scenes and persona from that scope's atoms: the coder's own persona
+        eventually(lambda: coder.get("/v1/users/nia/persona", params={"scope": "agent:coder"}).status_code == 200,
+                   "no persona for the coder's scope")  # fmt: skip
+        assert INSTRUCTION in coder.get("/v1/users/nia/persona", params={"scope": "agent:coder"}).text
+        context = coder.post("/v1/recall", json={"user": "nia", "query": query}).json()["system_context"]
+        assert "### Known to agent coder only" in context and "bullet points" in context
+    with client(stack, SUPPORT_KEY) as support:
+        assert support.get("/v1/users/nia/persona", params={"scope": "agent:coder"}).status_code == 404
+        context = support.post("/v1/recall", json={"user": "nia", "query": query}).json()["system_context"]
+        assert "bullet" not in context and "agent coder" not in context
+    eventually(lambda: api.get("/v1/users/nia/persona").status_code == 200, "no shared persona")
+    shared = api.get("/v1/users/nia/persona").text
+    assert "paramedic" in shared and INSTRUCTION not in shared  # the shared persona never holds the coder's
 
     atoms = {a["content"]: a["id"] for a in api.get("/v1/users/nia/atoms").json()["atoms"]}
     with client(stack, SUPPORT_KEY) as support:
         assert support.get(f"/v1/users/nia/atoms/{atoms[INSTRUCTION]}").status_code == 404
         assert support.get(f"/v1/users/nia/atoms/{atoms[FACT]}").status_code == 200
 
-    applied(api.delete("/v1/users/nia/agents/coder", params={"wait": 60}), api)
+    forgotten = applied(api.delete("/v1/users/nia/agents/coder", params={"wait": 60}), api)
+    assert forgotten["result"]["scene_files_removed"] >= 1
+    assert api.get("/v1/users/nia/persona", params={"scope": "agent:coder"}).status_code == 404
     assert scopes_found(stack, CODER_KEY, query) == {FACT: "shared"}  # its private memory is gone, the fact is not
     remaining = api.get("/v1/users/nia/atoms").json()["atoms"]
     assert [a["content"] for a in remaining if a["content"] in (INSTRUCTION, FACT)] == [FACT]
