@@ -73,6 +73,7 @@ from bench.report import Run, Table  # noqa: E402
 from bench.store_latency import VERSIONS, Corpus, open_backend, stats, timed  # noqa: E402
 from mnemoflow.config import TOPIC_COMMANDS, TOPIC_TURNS, Settings  # noqa: E402
 from mnemoflow.embedding.factory import build_embedder
+from mnemoflow.errors import StorageError
 from mnemoflow.governance.applier import OperationApplier
 from mnemoflow.governance.status import OperationLog
 from mnemoflow.handlers import CommandsHandler, HandlerContext, RawRecord, WriterThread
@@ -246,6 +247,11 @@ class Tally:
         self.ms: dict[str, list[float]] = {}
         self.leaked: list[dict[str, Any]] = []
         self.answers: list[tuple[str, str, str, list[tuple[str, list[str], str | None]]]] = []
+        self.errors: Counter[str] = Counter()
+
+    def failed(self, route: str, status: int, text: str) -> None:
+        self.rows.setdefault(route, Counter())["failed"] += 1
+        self.errors[f"{route} {status}: {text[:160]}"] += 1
 
     def add(self, route: str, agent: str, user: str, hits: list[tuple[str, list[str], str | None]], ms: float) -> None:
         """``hits``: (id, source ids, the scope the hit reports or None when it says none); judged by
@@ -337,21 +343,19 @@ async def agent_writes_and_reads(
         pool = fleet.written[user] or texts
         query = " ".join(rng.choice(pool).split()[:10])
         route = READS[r % len(READS)]
+        path = {"recall": "/v1/recall", "memory_search": "/v1/memory/search"}.get(route, "/v1/conversations/search")
+        ask: dict[str, Any] = {"user": user, "query": query} | ({} if route == "recall" else {"limit": 10})
+        response, ms = await call(client, "POST", path, key, json=ask)
+        if response.status_code != 200:  # counted, not retried: a failed read returns nothing, and is a finding
+            tally.failed(f"{phase}:{route}", response.status_code, response.text)
+            continue
         if route == "recall":
-            response, ms = await call(client, "POST", "/v1/recall", key, json={"user": user, "query": query})
-            assert response.status_code == 200, response.text
             answer = response.json()
             hits = [(h["id"], h["source_message_ids"], h.get("scope")) for h in answer["hits"]]
             tally.rows.setdefault(f"{phase}:recall", Counter())["timed_out"] += answer["timed_out"]
         elif route == "memory_search":
-            search = {"user": user, "query": query, "limit": 10}
-            response, ms = await call(client, "POST", "/v1/memory/search", key, json=search)
-            assert response.status_code == 200, response.text
             hits = [(h["id"], h["source_message_ids"], h.get("scope")) for h in response.json()]
         else:
-            search = {"user": user, "query": query, "limit": 10}
-            response, ms = await call(client, "POST", "/v1/conversations/search", key, json=search)
-            assert response.status_code == 200, response.text
             # an L0 message says no scope in the answer: judged by the visibility its turn was sent with alone
             found = [h["message"]["id"] for h in response.json()]
             hits = [(m, [m], fleet.truth(user, [m])) for m in found]
@@ -456,7 +460,12 @@ async def fleet_run(args: argparse.Namespace, texts: list[str], work: Path, cont
         worker.stop.set()
         await asyncio.to_thread(worker.join)
         writer.close()
-        reader.close()
+        for _ in range(50):  # a recall that timed out may still be searching in its thread
+            try:
+                reader.close()
+                break
+            except StorageError:
+                await asyncio.sleep(0.1)
 
 
 async def fleet_rounds(
@@ -540,6 +549,8 @@ async def fleet_rounds(
         "routes": routes,
         "leaks": sum(c.get("leaks", 0) for c in tally.rows.values()),
         "leaked": tally.leaked[:20],
+        "failed_requests": sum(c.get("failed", 0) for c in tally.rows.values()),
+        "failures": dict(tally.errors),
     }
 
 
@@ -550,7 +561,8 @@ def fleet_table(r: dict[str, Any], control: dict[str, Any] | None) -> Table:
         rows.append(
             [
                 route,
-                str(c.get("requests", 0)),
+                str(c.get("requests", 0) + c.get("failed", 0)),
+                str(c.get("failed", 0)),
                 str(c.get("requests_with_hits", c.get("hits", 0) if "drill" in route else 0)),
                 str(c.get("hits", 0)),
                 str(c.get("leaks", 0)),
@@ -568,6 +580,7 @@ def fleet_table(r: dict[str, Any], control: dict[str, Any] | None) -> Table:
     columns = [
         "phase:route",
         "requests",
+        "failed",
         "with hits",
         "hits",
         "leaks",
@@ -847,6 +860,8 @@ def main() -> None:
                     "Unfiltered): the leaks the real run would count if the scope filter were missing",
                     "leaks": control["leaks"],
                     "leaks_by_route": {route: c.get("leaks", 0) for route, c in control["routes"].items()},
+                    "failed_requests": control["failed_requests"],
+                    "failures": control["failures"],
                 }
             tables.append(fleet_table(result["fleet"], result.get("fleet_control")))
             f = result["fleet"]
@@ -857,6 +872,11 @@ def main() -> None:
                 f"operations); reads with each agent's own key. Index {f['index']}; embedder {f['embedder']}. "
                 f"{f['writes_per_s_accepted']} writes/s accepted; rate limit raised for the one tenant."
             )
+            if f["failed_requests"]:
+                notes.append(f"fleet: {f['failed_requests']} reads failed (counted, not retried): {f['failures']}")
+            checked = result.get("fleet_control") or {}
+            if checked.get("failed_requests"):
+                notes.append(f"fleet control: {checked['failed_requests']} reads failed: {checked['failures']}")
             notes.append(
                 "fleet: a leak is a hit whose sources were written with a scope the caller may not see; "
                 "'scope wrong/missing' compares the scope a recall / memory-search hit reports with that truth "
