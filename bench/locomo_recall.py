@@ -45,6 +45,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -116,9 +117,17 @@ def turn_time(turn: dict[str, Any]) -> datetime:
 
 
 async def ingest(
-    conv: dict[str, Any], files: LocalFileStore, pipeline: L1Pipeline, clock: TurnClock, counters: dict[str, int]
+    conv: dict[str, Any],
+    files: LocalFileStore,
+    pipeline: L1Pipeline,
+    clock: TurnClock,
+    counters: dict[str, int],
+    agent_of: Callable[[dict[str, Any]], str | None] | None = None,
 ) -> None:
-    """Replay one conversation into both speakers' L0, running L1 when the trigger machine decides."""
+    """Replay one conversation into both speakers' L0, running L1 when the trigger machine decides.
+
+    ``agent_of``: the agent that hears a turn, stamped on its events in both speakers' memories (bench/agents.py
+    splits a conversation over two agents); None: no agent, as before scopes."""
     triggers = L1Triggers()
     users = {s: uid(conv["sample_id"], s) for s in (conv["speaker_a"], conv["speaker_b"])}
     states = {u: TriggerState() for u in users.values()}
@@ -156,6 +165,7 @@ async def ingest(
                         content=text,
                         ts=clock.t,
                         name=turn["speaker"],
+                        agent=agent_of(turn) if agent_of else None,
                     )
                 ]
             )

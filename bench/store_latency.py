@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -50,7 +50,7 @@ def open_backend(name: str, workdir: Path, dim: int) -> VectorStore:
     if name in ("milvus", "milvus_client"):  # milvus_client: both searches, RRF fused in Python
         from mnemoflow.index.milvus import MilvusVectorStore
 
-        fusion = "client" if name == "milvus_client" else "server"
+        fusion: Literal["server", "client"] = "client" if name == "milvus_client" else "server"
         return MilvusVectorStore.open(str(workdir / f"{name}.db"), dim=dim, embedding_model=MODEL, fusion=fusion)
     raise SystemExit(f"unknown backend {name!r}")
 
