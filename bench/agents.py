@@ -9,11 +9,11 @@ conversation; ``python bench/agents.py`` (the full run, on quiet cores): 50 agen
    SQLite atom index opened by the product's factory (``mnemoflow.index.factory.open_store``: one connection for
    the worker that writes, one for the API that reads, as the extractor and API replicas do). Each agent, all at
    once, writes LoCoMo development turns and recalls. Writes: a turn (``POST /v1/turns`` with the agent's own
-   bound key and a random ``visibility``), or a remembered memory (``POST /v1/users/{user}/memories``, which takes
-   an admin key only, naming the agent, its team and a random ``visibility``). A worker thread plays the stream
-   workers and the extractor: it consumes what the API published (``TurnsHandler`` into L0, an L1 pass of the
-   heuristic engine for every user that got turns, ``CommandsHandler`` applying the remembers). Reads, each with
-   the agent's own key, rotate over recall, memory search and conversation search, with the words of a memory
+   bound key and a random ``visibility``), or a remembered memory (``POST /v1/users/{user}/memories``, with the
+   same key and a random ``visibility``); the bodies never name the agent or team, the key does. A worker thread
+   plays the stream workers and the extractor: it consumes what the API published (``TurnsHandler`` into L0, an L1
+   pass of the heuristic engine for every user that got turns, ``CommandsHandler`` applying the remembers). Reads,
+   each with the agent's own key, rotate over recall, memory search and conversation search, with the words of a memory
    written to that user by any agent (so many ask for what the caller must not see); a first round runs while the
    writes are applied, a second after they all are. Then drill-down probes of atoms the agent may not see (must be
    404) and may see (200, with only messages it may read). A hit is a **leak** when the scope its sources were
@@ -50,7 +50,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import numpy as np
@@ -93,11 +93,9 @@ from mnemoflow.scopes import SHARED, Viewer, narrowest, requested_scope
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.testing import ListBus
 from serving.api import create_api
-from serving.bus import EventBus
 
 ROOT = Path(__file__).resolve().parents[1]
 FLEET = "fleet"
-ADMIN = {"Authorization": "Bearer k-admin"}
 KINDS = ("shared", "team", "agent")
 READS = ("recall", "memory_search", "conversation_search")
 
@@ -316,8 +314,8 @@ async def agent_writes_and_reads(
             text, vis = rng.choice(texts), rng.choice(KINDS)
             scope = requested_scope(vis, agent, team)  # type: ignore[arg-type]
             if rng.random() < remember_share:
-                body = {"text": text, "agent": agent, "team": team, "visibility": vis}
-                response, ms = await call(client, "POST", f"/v1/users/{user}/memories", ADMIN, json=body)
+                body = {"text": text, "visibility": vis}  # the agent's key fills in its agent and team
+                response, ms = await call(client, "POST", f"/v1/users/{user}/memories", key, json=body)
                 assert response.status_code == 202, response.text
                 fleet.given[(user, response.json()["id"])] = scope
                 fleet.operations.append((user, response.json()["id"]))
@@ -329,11 +327,7 @@ async def agent_writes_and_reads(
                     "session": f"s-{agent}-{user}",
                     "role": "user",
                     "content": text,
-                    "visibility": vis,
-                    # the key would fill these in, but TurnIn refuses 'team' / 'agent' visibility before it does
-                    # (mnemoflow/events.py, TurnIn._owned): the body names the agent itself, which a key may
-                    "agent": agent,
-                    "team": team,
+                    "visibility": vis,  # the agent's key fills in its agent and team
                 }
                 fleet.given[(user, mid)] = scope  # before the request: the worker may apply it at once
                 response, ms = await call(client, "POST", "/v1/turns", key, json={"turns": [turn]})
@@ -450,7 +444,7 @@ async def fleet_run(args: argparse.Namespace, texts: list[str], work: Path, cont
     worker = Worker(bus, files, writer, embedder)
     worker.start()
     recaller = (Unfiltered if control else Recaller)(store=reader, embedder=embedder, files=files)
-    app = create_api(settings, cast(EventBus, bus), recaller_factory=lambda: recaller)  # ListBus: list, not Sequence
+    app = create_api(settings, bus, recaller_factory=lambda: recaller)
     tally = Tally()
     transport = httpx.ASGITransport(app=app)
     try:

@@ -67,8 +67,8 @@ class TurnIn(_Strict):
         "'agent' (only this one); absent: decided by the kind of memory (facts about the user are shared).",
         exclude_if=lambda v: v is None,
     )
-
-    _owned = model_validator(mode="after")(visibility_has_its_owner)
+    # That 'team' has a team and 'agent' an agent is checked once the key's agent and team are filled in
+    # (serving.security.acting): a bound key need not repeat them. The wire event checks it again.
 
 
 class ToolResultIn(_Strict):

@@ -60,9 +60,9 @@ def requested_scope(kind: ScopeKind, agent: str | None, team: str | None) -> str
 
 def visibility_has_its_owner(request: Any) -> Any:
     """A ``model_validator(mode="after")`` for models with ``agent``, ``team`` and ``visibility``: asking for 'team'
-    needs a team and 'agent' an agent (a 422 with the reason at the API)."""
-    if request.visibility is not None:
-        requested_scope(request.visibility, request.agent, request.team)
+    needs a team and 'agent' an agent (a 422 with the reason at the API). A model without ``visibility`` passes."""
+    if (kind := getattr(request, "visibility", None)) is not None:
+        requested_scope(kind, request.agent, request.team)
     return request
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -134,10 +134,13 @@ class ListBus:
         """The headers of each publish in ``sent`` (None: none given)."""
 
     async def publish(
-        self, topic: str, records: list[tuple[str, bytes, int | None]], headers: list[tuple[str, bytes]] | None = None
+        self,
+        topic: str,
+        records: Sequence[tuple[str, bytes, int | None]],
+        headers: Sequence[tuple[str, bytes]] | None = None,
     ) -> None:
-        self.sent.append((topic, records))
-        self.headers.append(headers)
+        self.sent.append((topic, list(records)))
+        self.headers.append(None if headers is None else list(headers))
 
     async def close(self) -> None:
         pass

@@ -18,10 +18,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field
 
 from mnemoflow.config import TOPIC_COMMANDS
-from mnemoflow.errors import ServiceUnavailable
+from mnemoflow.errors import NotFound, ServiceUnavailable
 from mnemoflow.governance.bundle import export_user, read_bundle, staged_path
 from mnemoflow.governance.listing import AtomFilter, AtomPage, AtomVersion, history, page
 from mnemoflow.governance.operations import (
@@ -43,7 +43,7 @@ from mnemoflow.memory.l1.records import RecordLog
 from mnemoflow.memory.l1.scoping import decide_scope
 from mnemoflow.memory.l1.window import Author
 from mnemoflow.ports.vectors import AtomType
-from mnemoflow.scopes import ScopeKind, visibility_has_its_owner
+from mnemoflow.scopes import Caller, ScopeKind, requested_scope
 from mnemoflow.storage import Layout
 from serving.deps import ApiDeps, PathId
 
@@ -73,12 +73,15 @@ class MemoryIn(BaseModel):
         None, description="'shared', 'team' or 'agent'; absent: by type (an instruction is the agent's own)."
     )
 
-    _owned = model_validator(mode="after")(visibility_has_its_owner)
-
-    def scope(self) -> str:
-        """The memory's scope, as extraction decides it for a message of this agent."""
+    def scope(self, caller: Caller) -> str:
+        """The memory's scope, as extraction decides it for a message of the agent the caller acts as (a bound key
+        fills in its agent and team). NotFound when the body names another agent or team than a bound key's;
+        ValueError when 'team' or 'agent' visibility has no team or agent to keep it to."""
+        agent, team = caller.acting_as(self.agent, self.team)
+        if self.visibility is not None:
+            requested_scope(self.visibility, agent, team)
         draft = AtomDraft(content=self.text, type=self.type, priority=self.priority, source_message_ids=("api",))
-        return decide_scope(draft, [], Author(self.agent, self.team), self.visibility)
+        return decide_scope(draft, [], Author(agent, team), self.visibility)
 
 
 _POLL_SECONDS = 0.05
@@ -87,6 +90,7 @@ _POLL_SECONDS = 0.05
 def governance_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
     router = APIRouter(tags=["memory governance"])
     Tenant = Annotated[str, Depends(tenant_dep)]
+    Holder = Annotated[Caller, Depends(tenant_dep.caller)]
     ops = OperationLog(deps.files)
 
     async def status_after(tenant: str, oid: str, wait: float) -> OperationStatus:
@@ -194,12 +198,18 @@ def governance_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
 
     @router.post("/v1/users/{user}/memories", status_code=202, response_model=OperationStatus)
     async def remember(
-        user: PathId, body: MemoryIn, tenant: Tenant, idempotency_key: IdempotencyKey = None, wait: Wait = 0
+        user: PathId, body: MemoryIn, caller: Holder, idempotency_key: IdempotencyKey = None, wait: Wait = 0
     ) -> JSONResponse:
         """Store a memory without extraction, through the similarity gate and dedup (a near-duplicate is
-        skipped: the applied status says which)."""
-        remember = Remember(user=user, text=body.text, type=body.type, priority=body.priority, scope=body.scope())
-        return await submit(tenant, remember, idempotency_key, wait)
+        skipped: the applied status says which). A key bound to an agent or team remembers as it."""
+        try:
+            scope = body.scope(caller)
+        except NotFound as exc:
+            raise HTTPException(404, str(exc)) from exc
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from exc
+        remember = Remember(user=user, text=body.text, type=body.type, priority=body.priority, scope=scope)
+        return await submit(caller.tenant, remember, idempotency_key, wait)
 
     @router.delete("/v1/users/{user}", status_code=202, response_model=OperationStatus)
     async def erase_user(

@@ -116,7 +116,8 @@ def memory_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         drills into atoms it may see, and reads only the messages it may (``hidden`` counts the others); an admin
         key reads everything."""
         viewer = None if caller.admin else caller.viewer(None, None)
-        found = (await deps.recaller()).drill_down(caller.tenant, user, atom_id, viewer)
+        recaller = await deps.recaller()  # drill-down reads the user's L0: off the event loop
+        found = await asyncio.to_thread(recaller.drill_down, caller.tenant, user, atom_id, viewer)
         if found.record is None and not found.messages and not found.hidden:
             raise HTTPException(404, f"no atom {atom_id} for user {user}")
         return AtomDrillDown(record=found.record, messages=found.messages, hidden=found.hidden)

@@ -16,7 +16,7 @@ from mnemoflow.config import AgentKey
 from mnemoflow.errors import NotFound
 from mnemoflow.events import ToolResultIn, TurnIn
 from mnemoflow.ratelimit import RateLimiter, retry_after
-from mnemoflow.scopes import Caller
+from mnemoflow.scopes import Caller, visibility_has_its_owner
 
 ADMIN_ONLY = (
     "this route needs a tenant admin key: a key bound to an agent or a team submits turns and tool results and "
@@ -78,13 +78,17 @@ Submitted = TypeVar("Submitted", TurnIn, ToolResultIn)
 
 def acting(caller: Caller, items: Sequence[Submitted]) -> list[Submitted]:
     """The submitted events as the key's holder: a bound key's agent and team filled in where the body left them
-    out; 404 when the body names another agent or team (as for another tenant's user), nothing published."""
+    out; 404 when the body names another agent or team (as for another tenant's user), 422 when a turn asks for
+    'team' or 'agent' visibility with no team or agent to keep it to; nothing of a refused batch is published."""
     out = []
-    for item in items:
+    for i, item in enumerate(items):
         try:
             agent, team = caller.acting_as(item.agent, item.team)
+            visibility_has_its_owner(item.model_copy(update={"agent": agent, "team": team}))
         except NotFound as exc:
             raise HTTPException(404, str(exc)) from exc
+        except ValueError as exc:
+            raise HTTPException(422, f"item {i}: {exc}") from exc
         out.append(item.model_copy(update={"agent": agent, "team": team}))
     return out
 

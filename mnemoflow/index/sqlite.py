@@ -7,11 +7,13 @@ Layout and the reasons for it are in :mod:`mnemoflow.index._sqlite_schema`.
 
 from __future__ import annotations
 
+import functools
 import json
+import threading
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from mnemoflow.errors import StorageError
 from mnemoflow.index import _sqlite_schema as schema
@@ -73,12 +75,30 @@ def _marks(n: int) -> str:
     return ",".join("?" * n)
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _one_at_a_time(method: F) -> F:
+    """Hold the store's lock for the call. Why: one apsw connection may be used from several threads but never by
+    two at once ("Connection is busy in another thread"), and the API runs searches on worker threads: concurrent
+    recalls failed with a 500 in bench/agents.py. A search takes about a millisecond, so they queue briefly."""
+
+    @functools.wraps(method)
+    def locked(self: SqliteVectorStore, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return cast(F, locked)
+
+
 class SqliteVectorStore(StoreIdentity):
-    """:class:`~mnemoflow.ports.vectors.VectorStore` over one SQLite file. Sync; open with :meth:`open`."""
+    """:class:`~mnemoflow.ports.vectors.VectorStore` over one SQLite file. Sync, safe to call from several threads
+    (one at a time); open with :meth:`open`."""
 
     def __init__(self, conn: Any, *, dim: int, embedding_model: str, chunk_size: int, candidates: int) -> None:
         """Wrap an open connection; prefer :meth:`open`, which creates the schema and checks the model."""
         self._conn = conn
+        self._lock = threading.RLock()  # search calls dense and BM25 search: reentrant
         self._dim = dim
         self._model = embedding_model
         self._chunk_size = chunk_size
@@ -107,6 +127,7 @@ class SqliteVectorStore(StoreIdentity):
             self._conn.execute("delete from atoms_fts where rowid = ?", (rid,))
             self._conn.execute("delete from atoms_vec where rid = ?", (rid,))
 
+    @_one_at_a_time
     def upsert(self, rows: Sequence[AtomRow]) -> None:
         self._fresh()
         rows = check_rows(rows, self._dim)
@@ -136,6 +157,7 @@ class SqliteVectorStore(StoreIdentity):
         sql = f"select rid from atoms where tenant = ? and user = ? and atom_id in ({_marks(len(ids))})"
         return [r for (r,) in self._conn.execute(sql, (tenant, user, *ids))] if ids else []
 
+    @_one_at_a_time
     def delete(self, tenant: str, user: str, ids: Sequence[str]) -> int:
         check_scope(tenant, user)
         with schema.translate(), self._conn:
@@ -144,6 +166,7 @@ class SqliteVectorStore(StoreIdentity):
             self._conn.execute(f"delete from atoms where rid in ({_marks(len(rids))})", rids)
         return len(rids)
 
+    @_one_at_a_time
     def get(self, tenant: str, user: str, ids: Sequence[str]) -> list[AtomRow]:
         check_scope(tenant, user)
         if not ids:
@@ -211,6 +234,7 @@ class SqliteVectorStore(StoreIdentity):
                 )
         return hits
 
+    @_one_at_a_time
     def dense_search(
         self,
         tenant: str,
@@ -228,6 +252,7 @@ class SqliteVectorStore(StoreIdentity):
             ranked = self._dense(tenant, user, query_vector, k, check_types(types), seen)
             return self._hits(tenant, user, ranked, True, seen)
 
+    @_one_at_a_time
     def bm25_search(
         self,
         tenant: str,
@@ -245,6 +270,7 @@ class SqliteVectorStore(StoreIdentity):
                 tenant, user, self._bm25(tenant, user, query_text, k, check_types(types), seen), False, seen
             )
 
+    @_one_at_a_time
     def search(
         self,
         tenant: str,
@@ -270,6 +296,7 @@ class SqliteVectorStore(StoreIdentity):
             if rid in rows
         ]
 
+    @_one_at_a_time
     def count(self, tenant: str, user: str | None = None) -> int:
         check_scope(tenant, user)
         sql, params = "select count(*) from atoms where tenant = ?", [tenant]
@@ -278,6 +305,7 @@ class SqliteVectorStore(StoreIdentity):
         with schema.translate():
             return int(self._conn.execute(sql, params).fetchone()[0])
 
+    @_one_at_a_time
     def version(self, tenant: str, user: str) -> str | None:
         """``pragma data_version`` (changed by every commit of another connection, in any process) and this
         connection's own change count: two integers, cheap enough to read before every search. Not the
@@ -287,6 +315,7 @@ class SqliteVectorStore(StoreIdentity):
             (others,) = self._conn.execute("pragma data_version").fetchone()
             return f"{others}.{self._conn.total_changes()}"
 
+    @_one_at_a_time
     def reembed(self, embed_fn: EmbedFn, batch_size: int = 256) -> int:
         """Recompute every vector in one transaction: readers see either the old index or the new one."""
         done, last = 0, 0
@@ -310,6 +339,7 @@ class SqliteVectorStore(StoreIdentity):
         self._stored = (self._model, self._dim)
         return done
 
+    @_one_at_a_time
     def close(self) -> None:
         try:
             self._conn.close()

@@ -11,11 +11,13 @@ from pydantic import ValidationError
 
 from mnemoflow.config import TOPIC_TURNS, Settings
 from mnemoflow.embedding import HashingEmbedder
+from mnemoflow.errors import NotFound
 from mnemoflow.events import TurnEvent
 from mnemoflow.index import InMemoryVectorStore
 from mnemoflow.memory.l0 import L0Writer
 from mnemoflow.memory.recall.recaller import Recaller
 from mnemoflow.ports.vectors import AtomRow
+from mnemoflow.scopes import Caller
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.testing import ListBus
 from serving.api import create_api
@@ -232,12 +234,33 @@ def test_agent_keys_reach_a_child_process_intact() -> None:
 def test_a_remembered_memory_takes_its_scope_as_an_extracted_one_would() -> None:
     from serving.routes_governance import MemoryIn
 
-    assert MemoryIn(text="Ana likes tea").scope() == "shared"
-    assert MemoryIn(text="Ana likes tea", agent="coder").scope() == "shared"  # a fact about the user
-    assert MemoryIn(text="Reply in French", type="instruction", agent="coder").scope() == "agent:coder"
-    assert MemoryIn(text="Ana likes tea", agent="coder", team="eng", visibility="team").scope() == "team:eng"
-    with pytest.raises(ValidationError, match="visibility 'team' needs a team"):
-        MemoryIn(text="Ana likes tea", agent="coder", visibility="team")
+    admin, coder = Caller(tenant="acme"), Caller(tenant="acme", agent="coder", team="eng")
+    assert MemoryIn(text="Ana likes tea").scope(admin) == "shared"
+    assert MemoryIn(text="Ana likes tea", agent="coder").scope(admin) == "shared"  # a fact about the user
+    assert MemoryIn(text="Reply in French", type="instruction", agent="coder").scope(admin) == "agent:coder"
+    assert MemoryIn(text="Ana likes tea", agent="coder", team="eng", visibility="team").scope(admin) == "team:eng"
+    assert MemoryIn(text="Reply in French", type="instruction").scope(coder) == "agent:coder"  # the key's agent
+    assert MemoryIn(text="Ana likes tea", visibility="team").scope(coder) == "team:eng"  # need not repeat its team
+    with pytest.raises(ValueError, match="visibility 'team' needs a team"):
+        MemoryIn(text="Ana likes tea", agent="coder", visibility="team").scope(admin)
+    with pytest.raises(NotFound, match="no agent support for this key"):
+        MemoryIn(text="Ana likes tea", agent="support").scope(coder)
+
+
+def test_a_bound_key_asks_for_visibility_without_naming_itself_and_remembers_as_itself(setup) -> None:
+    client, bus = setup
+    turn = {"message_id": "v1", "user": "ana", "session": "s1", "role": "user", "content": "hi", "visibility": "team"}
+    assert client.post("/v1/turns", json={"turns": [turn]}, headers=auth("k-coder")).status_code == 202
+    event = json.loads(bus.sent[-1][1][0][1])
+    assert (event["agent"], event["team"], event["visibility"]) == ("coder", "eng", "team")
+    refused = client.post("/v1/turns", json={"turns": [{**turn, "visibility": "agent"}]}, headers=auth("k-eng"))
+    assert refused.status_code == 422 and "visibility 'agent' needs an agent" in refused.json()["detail"]
+    body = {"text": "Reply in French", "type": "instruction"}
+    sent = client.post("/v1/users/ana/memories", json=body, headers=auth("k-coder"))
+    assert sent.status_code == 202, sent.text
+    assert json.loads(bus.sent[-1][1][0][1])["op"]["scope"] == "agent:coder"
+    other = client.post("/v1/users/ana/memories", json={**body, "agent": "support"}, headers=auth("k-coder"))
+    assert other.status_code == 404
 
 
 def test_a_session_belongs_to_the_agent_of_its_first_tool_result_and_other_bound_keys_get_404(

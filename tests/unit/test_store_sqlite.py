@@ -176,3 +176,20 @@ def test_missing_vendor_package_names_the_extra(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setitem(sys.modules, "sqlite_vec", None)
     with pytest.raises(ImportError, match=r"pip install mnemoflow\[sqlite\]"):
         _sqlite_schema.connect(":memory:", 1000)
+
+
+def test_searches_and_writes_from_several_threads_at_once_all_succeed(tmp_path: Path) -> None:
+    """The API searches on worker threads over one connection; apsw refuses two threads inside it at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = SqliteVectorStore.open(str(tmp_path / "threads.db"), dim=4, embedding_model="m")
+    store.upsert([_row(i) for i in range(50)])
+
+    def work(i: int) -> int:
+        if i % 10 == 0:
+            store.upsert([_row(100 + i)])
+        return len(store.search("t", "me", f"parent {i % 50}", [0.0, 1.0, float(i % 50), 1.0], 5))
+
+    with ThreadPoolExecutor(8) as pool:
+        found = list(pool.map(work, range(400)))
+    assert found == [5] * 400
