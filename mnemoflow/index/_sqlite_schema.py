@@ -144,7 +144,7 @@ def insert_derived(conn: Any, rid: int, keys: Keys, searched: str, vec: bytes) -
     tenant, user, type_, scope = keys
     conn.execute(
         "insert into atoms_fts(rowid, ukey, atype, skey, body) values (?, ?, ?, ?, ?)",
-        (rid, user_key(tenant, user), type_, scope_key(scope), analysed(searched)),
+        (rid, user_key(tenant, user), type_, scope_key(tenant, user, scope), analysed(searched)),
     )
     insert_vec(conn, rid, keys, vec)
 

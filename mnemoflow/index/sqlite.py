@@ -207,11 +207,12 @@ class SqliteVectorStore(StoreIdentity):
         body = fts5_any(text)
         if not body:
             return []
-        match = f"ukey:{user_key(tenant, user)} AND body:({body})"
+        if visible is None:
+            match = f"ukey:{user_key(tenant, user)} AND body:({body})"
+        else:  # a user's scope terms name the user too
+            match = f"skey:({' OR '.join(scope_key(tenant, user, s) for s in visible)}) AND body:({body})"
         if types is not None:
             match += f" AND atype:({' OR '.join(types)})"
-        if visible is not None:
-            match += f" AND skey:({' OR '.join(scope_key(s) for s in visible)})"
         sql = f"select rowid, -{schema.BM25} as s from atoms_fts where atoms_fts match ? order by {schema.BM25} limit ?"
         return list(self._conn.execute(sql, (match, k)))
 
