@@ -84,6 +84,18 @@ class MemoryIn(BaseModel):
         return decide_scope(draft, [], Author(agent, team), self.visibility)
 
 
+class UserOperation(BaseModel):
+    user: str
+    id: str
+
+
+class AgentForgotten(BaseModel):
+    """``DELETE /v1/agents/{agent}``: the operation submitted for each user of the tenant."""
+
+    agent: str
+    operations: list[UserOperation]
+
+
 _POLL_SECONDS = 0.05
 
 
@@ -195,6 +207,22 @@ def governance_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         """Remove one agent's private memory of the user (its atoms; shared and team memory and the conversation
         stay). The applied status says how many atoms it removed."""
         return await submit(tenant, ForgetAgent(user=user, agent=agent), idempotency_key, wait)
+
+    @router.delete("/v1/agents/{agent}", status_code=202, response_model=AgentForgotten)
+    async def forget_agent_everywhere(
+        agent: PathId, tenant: Tenant, idempotency_key: IdempotencyKey = None
+    ) -> AgentForgotten:
+        """Remove one agent's private memory of every user of the tenant: one operation per user (each on its user's
+        partition, as ``DELETE /v1/users/{user}/agents/{agent}``), each answered with its id; poll each for its
+        result. A retry with the same ``Idempotency-Key`` submits nothing twice."""
+        key = idempotency_key or f"forget-{uuid.uuid4().hex}"
+        users = await asyncio.to_thread(deps.files.list_dir, f"{tenant}/users")
+        submitted = []
+        for user in users:
+            oid = f"{key[:100]}-{hashlib.sha256(user.encode()).hexdigest()[:16]}"  # the same for a retry
+            await submit(tenant, ForgetAgent(user=user, agent=agent), oid, 0)
+            submitted.append(UserOperation(user=user, id=oid))
+        return AgentForgotten(agent=agent, operations=submitted)
 
     @router.post("/v1/users/{user}/memories", status_code=202, response_model=OperationStatus)
     async def remember(

@@ -271,3 +271,25 @@ def test_forgetting_an_agent_removes_its_private_memory_and_nothing_shared(api: 
     after = {a["content"] for a in api.atoms().json()["atoms"]}
     assert after == set(before) - {"Reply to Ana in French"}
     assert {h.row.text for h in api.store.dense_search("acme", "ana", EMB.embed(["Ana"])[0], 20)} == after
+
+
+def test_forgetting_an_agent_everywhere_forgets_it_for_every_user_once(api: Api) -> None:
+    for user, key in (("ana", "r1"), ("bo", "r2")):
+        body = {"text": f"Reply to {user} in French", "type": "instruction", "agent": "coder"}
+        sent = api.client.post(f"/v1/users/{user}/memories", headers={**ACME, "Idempotency-Key": key}, json=body)
+        assert sent.status_code == 202, sent.text
+    api.work()
+    gone = api.client.delete("/v1/agents/coder", headers={**ACME, "Idempotency-Key": "fire-coder"})
+    assert gone.status_code == 202
+    operations = {o["user"]: o["id"] for o in gone.json()["operations"]}
+    assert set(operations) == {"ana", "bo"} and len(api.published()) == 2  # one operation per user, on its partition
+    api.work()
+    for user, oid in operations.items():
+        status = api.client.get(f"/v1/operations/{oid}", headers=ACME).json()
+        assert status["status"] == "applied" and status["result"]["atoms_deleted"] == 1, (user, status)
+        atoms = api.client.get(f"/v1/users/{user}/atoms", headers=ACME).json()["atoms"]
+        assert not [a for a in atoms if a.get("scope") == "agent:coder"]
+    again = api.client.delete("/v1/agents/coder", headers={**ACME, "Idempotency-Key": "fire-coder"})
+    assert {o["id"] for o in again.json()["operations"]} == set(operations.values())
+    assert api.published() == []  # applied already: nothing published again
+    assert api.client.delete("/v1/agents/coder", headers=OTHER).json()["operations"] == []  # another tenant's
