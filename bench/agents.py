@@ -861,8 +861,8 @@ def main() -> None:
             f = result["fleet"]
             notes.append(
                 f"fleet: writes through the API ({1 - args.remember_share:.0%} turns with the agent's own key, "
-                f"{args.remember_share:.0%} remembers with the admin key naming the agent: that route takes admin keys "
-                f"only), applied by an in-process worker (L0 + heuristic L1 per drained batch, no trigger machine; "
+                f"{args.remember_share:.0%} remembers with the same key; neither body names the agent), applied by "
+                f"an in-process worker (L0 + heuristic L1 per drained batch, no trigger machine; "
                 f"operations); reads with each agent's own key. Index {f['index']}; embedder {f['embedder']}. "
                 f"{f['writes_per_s_accepted']} writes/s accepted; rate limit raised for the one tenant."
             )
