@@ -45,6 +45,7 @@ from mnemoflow.memory.l1.window import Author
 from mnemoflow.ports.vectors import AtomType
 from mnemoflow.scopes import Caller, ScopeKind, requested_scope
 from mnemoflow.storage import Layout
+from mnemoflow.storage.layout import users as stored_users
 from serving.deps import ApiDeps, PathId
 
 Wait = Annotated[float, Query(ge=0, le=60, description="Seconds to wait for the operation to be applied.")]
@@ -216,7 +217,7 @@ def governance_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         partition, as ``DELETE /v1/users/{user}/agents/{agent}``), each answered with its id; poll each for its
         result. A retry with the same ``Idempotency-Key`` submits nothing twice."""
         key = idempotency_key or f"forget-{uuid.uuid4().hex}"
-        users = await asyncio.to_thread(deps.files.list_dir, f"{tenant}/users")
+        users = [u for _, u in await asyncio.to_thread(list, stored_users(deps.files, tenant))]
         submitted = []
         for user in users:
             oid = f"{key[:100]}-{hashlib.sha256(user.encode()).hexdigest()[:16]}"  # the same for a retry
