@@ -474,24 +474,28 @@ async def fleet_rounds(
 ) -> dict[str, Any]:
     """Writes and reads at once, the writes applied, reads again, drill-down probes; the figures."""
     write_ms: list[float] = []
-    t0 = time.perf_counter()
-    await asyncio.gather(
-        *(
-            agent_writes_and_reads(
-                client,
-                fleet,
-                tally,
-                a,
-                args.rounds,
-                texts,
-                args.remember_share,
-                random.Random(f"{a}-w"),
-                "during_writes",
-                write_ms,
+
+    async def every_agent(phase: str, remember_share: float, seed: str) -> None:
+        await asyncio.gather(
+            *(
+                agent_writes_and_reads(
+                    client,
+                    fleet,
+                    tally,
+                    a,
+                    args.rounds,
+                    texts,
+                    remember_share,
+                    random.Random(f"{a}-{seed}"),
+                    phase,
+                    write_ms,
+                )
+                for a in fleet.team
             )
-            for a in fleet.team
         )
-    )
+
+    t0 = time.perf_counter()
+    await every_agent("during_writes", args.remember_share, "w")
     writes_s = time.perf_counter() - t0
     while bus.sent and worker.is_alive():  # every write applied before the second round
         await asyncio.sleep(0.05)
@@ -500,23 +504,7 @@ async def fleet_rounds(
     if worker.error is not None:
         raise worker.error
     operations = fleet.settle(files)
-    await asyncio.gather(
-        *(
-            agent_writes_and_reads(
-                client,
-                fleet,
-                tally,
-                a,
-                args.rounds,
-                texts,
-                0.0,
-                random.Random(f"{a}-r"),
-                "after_writes",
-                write_ms,
-            )
-            for a in fleet.team
-        )
-    )
+    await every_agent("after_writes", 0.0, "r")
     await drill_downs(client, fleet, tally, files, args.probes, random.Random(5))
     tally.judge(fleet)
     atoms = Counter(
