@@ -10,6 +10,7 @@ from mnemoflow.index import InMemoryVectorStore
 from mnemoflow.memory.curation import Curator
 from mnemoflow.memory.l1.models import L1Record
 from mnemoflow.memory.l1.records import RecordLog
+from mnemoflow.memory.persona.generate import PersonaStore
 from mnemoflow.memory.persona.heuristic import HeuristicPersonaEngine
 from mnemoflow.memory.recall.recaller import Recaller, scoped_context
 from mnemoflow.memory.recall.sources import context_digest
@@ -63,6 +64,8 @@ def test_each_viewer_gets_the_persona_and_scenes_of_the_scopes_it_sees(tmp_path:
     assert "Lyon" in support and "refunds" in support and "bullet" not in support and "中文" not in support
     assert "### Shared within team help" in support
     assert coder.index("Lyon") < coder.index("bullet points")  # shared first
+    private = PersonaStore(files, "acme", "ana", "agent:coder").read_body()
+    assert private.count("short bullet points") == 1 and private.count("用中文回答") == 1  # once: no "Plan" again
 
 
 def test_private_parts_share_the_budget_and_an_edit_of_one_changes_the_digest(tmp_path: Path) -> None:

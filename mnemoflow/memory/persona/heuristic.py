@@ -187,10 +187,12 @@ class HeuristicPersonaEngine:
                         out.append((order, line(fact, tag)))
             return out
 
-        protocol = [line(f, label["instruction"]) for f in found if instructions & set(f.ids)]
+        asked = [f for f in found if instructions & set(f.ids)]
+        protocol = [line(f, label["instruction"]) for f in asked]
         protocol += [line(f, label["dislikes"]) for f in found if f.domain == "dislikes"][:PER_DOMAIN]
-        quoted = {f.ids for f in found if f.domain is not None}
-        arcs = [line(f, label["plans"]) for f in found if f.domain == "plans"][:PER_DOMAIN]
+        quoted = {f.ids for f in found if f.domain is not None} | {f.ids for f in asked}
+        # an instruction is said once, under the protocol: "from now on answer in bullet points" also reads as a plan
+        arcs = [line(f, label["plans"]) for f in found if f.domain == "plans" and f not in asked][:PER_DOMAIN]
         latest = [
             f
             for f in (next((f for f in found if f.scene == b.filename and f.ids not in quoted), None) for b in scenes)
