@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from mnemoflow.client.models import Accepted, WhoAmI
 from mnemoflow.config import Settings
-from mnemoflow.errors import InvalidInput, MnemoflowError, ServiceUnavailable
+from mnemoflow.errors import Conflict, InvalidInput, MnemoflowError, NotFound, ServiceUnavailable
 from mnemoflow.events import ToolResultIn, TurnIn
 from mnemoflow.health import Check, run_checks
 from mnemoflow.memory.recall.recaller import Recaller
@@ -41,6 +41,14 @@ from serving.security import BodyLimit, KeyRing, TenantGate, acting
 from serving.ui import install_ui
 
 log = logging.getLogger(__name__)
+
+ERROR_STATUS: tuple[tuple[type[MnemoflowError], int], ...] = (
+    (InvalidInput, 400),
+    (NotFound, 404),
+    (Conflict, 409),
+    (ServiceUnavailable, 503),
+)
+"""The answer to a core error that reaches the app; any other is a 500 (a bug or a storage failure, logged)."""
 
 
 class TurnBatch(BaseModel):
@@ -90,7 +98,7 @@ def create_api(
 
     @app.exception_handler(MnemoflowError)
     async def _mnemoflow_error(request: Request, exc: MnemoflowError) -> JSONResponse:
-        status = 400 if isinstance(exc, InvalidInput) else 503 if isinstance(exc, ServiceUnavailable) else 500
+        status = next((code for kind, code in ERROR_STATUS if isinstance(exc, kind)), 500)
         if status >= 500:
             log.error("%s %s failed: %s", request.method, request.url.path, exc)
         return JSONResponse({"detail": str(exc)}, status_code=status)

@@ -6,6 +6,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from mnemoflow.config import TOPIC_TOOL_RESULTS, TOPIC_TURNS, Settings
+from mnemoflow.errors import Conflict, InvalidInput, NotFound, StorageError
 from mnemoflow.sharding import shard_for
 from mnemoflow.testing import ListBus
 from serving.api import create_api
@@ -113,3 +114,20 @@ def test_health_metrics_and_openapi(client: TestClient) -> None:
 
 def test_state_without_session_actors_is_503(client: TestClient) -> None:
     assert client.get("/v1/sessions/s1/state", headers=KEY).status_code == 503
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [(NotFound("no such thing"), 404), (Conflict("taken"), 409), (InvalidInput("bad"), 400), (StorageError("io"), 500)],
+)
+def test_a_core_error_reaching_the_app_gets_its_status_and_reason(
+    tmp_path: Path, bus: ListBus, error: Exception, status: int
+) -> None:
+    class Failing:
+        def memory_search(self, *args: object) -> None:
+            raise error
+
+    settings = Settings(data_dir=tmp_path, api_keys={"acme": "key-acme"})
+    client = TestClient(create_api(settings, bus, recaller_factory=lambda: Failing()), raise_server_exceptions=False)
+    response = client.post("/v1/memory/search", json={"user": "u1", "query": "tea"}, headers=KEY)
+    assert response.status_code == status and response.json() == {"detail": str(error)}
