@@ -1,4 +1,4 @@
-"""Milvus VectorStore: one collection, dense FLAT + BM25 full-text, hybrid search with ``RRFRanker(60)``.
+"""Milvus VectorStore: one collection, dense FLAT + BM25 full-text, hybrid search with ``RRFRanker(RRF_K)``.
 
 Why: this is the cluster shape of the index; Milvus Lite embeds the same API in a local file, so the same
 adapter runs in CI and against a server. Lite 2.5.1 allows one process per file. Layout, and the Lite
@@ -78,7 +78,7 @@ def _entity(row: AtomRow) -> dict[str, Any]:
 class MilvusVectorStore(StoreIdentity):
     """:class:`~mnemoflow.ports.vectors.VectorStore` over Milvus or Milvus Lite. Sync; open with :meth:`open`.
 
-    ``fusion="server"`` runs Milvus' hybrid search with ``RRFRanker(60)`` (one round trip; the hits carry no
+    ``fusion="server"`` runs Milvus' hybrid search with ``RRFRanker(RRF_K)`` (one round trip; the hits carry no
     per-list ranks); ``"client"`` runs both searches and fuses in Python, filling ``dense_rank``/``bm25_rank``.
     """
 
