@@ -83,8 +83,12 @@ class OperationApplier:
                 return self._editor.delete(tenant, op, oid)
             case Remember():
                 return await self._editor.remember(tenant, op, oid)
-            case ForgetAgent():
-                return self._editor.forget_agent(tenant, op, oid)
+            case ForgetAgent():  # its atoms, scenes and persona, then the sessions it owns
+                forgotten = self._editor.forget_agent(tenant, op, oid)
+                erased = await asyncio.to_thread(
+                    self._eraser.erase_agent_sessions, tenant, op.user, op.agent, event.submitted_at, oid
+                )
+                return {**forgotten, "sessions_erased": erased}
             case EraseUser():  # seconds of file and index work: off the caller's event loop
                 return dict(await asyncio.to_thread(self._eraser.erase_user, tenant, op.user, event.submitted_at, oid))
             case EraseSession():

@@ -17,6 +17,7 @@ from datetime import datetime
 from mnemoflow.governance.tombstones import Tombstone, Tombstones
 from mnemoflow.memory.l0 import read_l0
 from mnemoflow.memory.l1.records import RecordLog
+from mnemoflow.offload.owner import owner_of
 from mnemoflow.ports import FileStore
 from mnemoflow.ports.vectors import VectorStore
 from mnemoflow.storage import Layout
@@ -45,6 +46,13 @@ class Eraser:
         if self._scrub is not None:
             self._scrub()
         return self._count(tenant, user, operation_id, done=True, files_removed=files)
+
+    def erase_agent_sessions(self, tenant: str, user: str, agent: str, at: datetime, operation_id: str) -> int:
+        """Erase the user's sessions that the agent owns (its short-term memory: refs, entries, canvases), as
+        forgetting the agent asks; the user's other sessions stay. Returns how many were erased by this try."""
+        sessions = sorted({m.session for m in read_l0(self._files, tenant, user, limit=10**9)})
+        owned = [s for s in sessions if (o := owner_of(self._files, tenant, s)) is not None and o.agent == agent]
+        return sum(int(self._erase_session(tenant, s, at, operation_id)[1]) for s in owned)
 
     def erase_session(self, tenant: str, session: str, at: datetime, operation_id: str) -> dict[str, int]:
         files, _ = self._erase_session(tenant, session, at, operation_id)

@@ -258,6 +258,11 @@ def test_forgetting_an_agent_removes_its_private_memory_and_nothing_shared(api: 
     before = {a["content"]: a.get("scope", "shared") for a in api.atoms().json()["atoms"]}
     api.files.write_atomic("acme/users/ana/agents/coder/persona.md", b"Reply in French")  # as the curator writes it
     api.files.write_atomic("acme/users/ana/agents/support/persona.md", b"Greet Ana by name")
+    said = TurnEvent(tenant="acme", message_id="h1", user="ana", session="s-help", role="user", content="hi", ts=T0)
+    L0Writer(api.files).write([said])  # ana's session "s" is the coder's, "s-help" the support agent's
+    for session, agent in (("s", "coder"), ("s-help", "support")):
+        api.files.write_atomic(f"acme/sessions/{session}/owner.json", f'{{"agent": "{agent}"}}'.encode())
+        api.files.write_atomic(f"acme/sessions/{session}/refs/r1.md", b"tool output")
     assert [a["content"] for a in api.atoms(scope="agent:support").json()["atoms"]] == ["Greet Ana by name"]
     assert api.atoms(scope="agent:").status_code == 422  # not a scope
     assert before["Reply to Ana in French"] == "agent:coder" and before["Ana sails on Sundays"] == "shared"
@@ -266,8 +271,14 @@ def test_forgetting_an_agent_removes_its_private_memory_and_nothing_shared(api: 
     api.work()
     status = api.client.get("/v1/operations/forget-1", headers=ACME).json()
     assert status["status"] == "applied"
-    assert status["result"] == {"atoms_deleted": 1, "index_rows_removed": 1, "scene_files_removed": 1}
+    assert status["result"] == {
+        "atoms_deleted": 1,
+        "index_rows_removed": 1,
+        "scene_files_removed": 1,
+        "sessions_erased": 1,
+    }
     assert api.files.list_dir("acme/users/ana/agents") == ["support"]
+    assert not api.files.exists("acme/sessions/s/refs/r1.md") and api.files.exists("acme/sessions/s-help/refs/r1.md")
     after = {a["content"] for a in api.atoms().json()["atoms"]}
     assert after == set(before) - {"Reply to Ana in French"}
     assert {h.row.text for h in api.store.dense_search("acme", "ana", EMB.embed(["Ana"])[0], 20)} == after
