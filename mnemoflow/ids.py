@@ -19,9 +19,14 @@ it without a call into Python."""
 _ID_RE = re.compile(ID_PATTERN)
 
 
+def is_id(value: str) -> bool:
+    """Whether ``value`` is a safe id (:func:`check_id` without the error), e.g. a folder name read back."""
+    return len(value) <= ID_MAX and _ID_RE.match(value) is not None
+
+
 def check_id(value: str) -> str:
     """Return ``value`` if it is a safe id, else raise ValueError naming the rule."""
-    if len(value) > ID_MAX or not _ID_RE.match(value):
+    if not is_id(value):
         raise ValueError(
             f"invalid id {value[:64]!r}: use 1-128 of letters, digits, '_', '-', '.', ':', '@'; "
             "no path separators, no '..', not starting with '.'"

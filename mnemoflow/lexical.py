@@ -139,3 +139,11 @@ def bm25_scores(query: str, docs: Sequence[str]) -> list[float]:
         norm = BM25_K1 * (1 - BM25_B + BM25_B * sum(tf.values()) / avg)
         out.append(sum(w * tf[t] * (BM25_K1 + 1) / (tf[t] + norm) for t, w in idf.items() if tf[t]))
     return out
+
+
+def is_chinese(texts: list[str]) -> bool:
+    """Whether most of ``texts`` are written in Chinese: the persona, and the headings recall puts over its parts,
+    are written in the user's language."""
+    han = sum(1 for t in texts for c in t if "\u4e00" <= c <= "\u9fff")
+    latin = sum(1 for t in texts for c in t if c.isascii() and c.isalpha())
+    return han * 2 > latin

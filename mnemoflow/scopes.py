@@ -29,6 +29,12 @@ Scope = Annotated[str, StringConstraints(max_length=ID_MAX + len("agent:"), patt
 """``shared``, ``team:<id>`` or ``agent:<id>``."""
 
 
+def scope_parts(scope: str) -> tuple[str, str]:
+    """``("agent", "coder")`` for ``agent:coder``, ``("shared", "")`` for ``shared``."""
+    kind, _, name = scope.partition(":")
+    return kind, name
+
+
 def agent_scope(agent: str) -> str:
     return f"agent:{check_id(agent)}"
 
@@ -73,7 +79,7 @@ def narrowest(scopes: list[str]) -> str:
     """Of scopes of one author (so nested: its agent's within its team's within shared), the one fewest may see."""
     if not scopes:
         raise ValueError("narrowest of no scope")
-    return min(scopes, key=lambda s: _WIDTH[s.split(":", 1)[0]])
+    return min(scopes, key=lambda s: _WIDTH[scope_parts(s)[0]])
 
 
 class Viewer(BaseModel):
@@ -119,6 +125,11 @@ class Caller(BaseModel):
             named = f"agent {agent}" if agent not in (None, self.agent) else f"team {team}"
             raise NotFound(f"no {named} for this key")
         return self.agent, self.team
+
+    def sees(self, scope: str) -> bool:
+        """Whether the key may read this scope's memory where it names the scope itself (persona, scenes): an
+        admin key every scope, a bound key its own viewer's."""
+        return self.admin or scope in self.viewer(None, None).scopes()
 
     def viewer(self, agent: str | None, team: str | None) -> Viewer:
         """What an agent-facing read (recall, memory search) may see: the agent and team the request acts as. An

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
 from mnemoflow.config import TOPIC_COMMANDS
-from mnemoflow.errors import NotFound, ServiceUnavailable
+from mnemoflow.errors import ServiceUnavailable
 from mnemoflow.governance.bundle import export_user, read_bundle, staged_path
 from mnemoflow.governance.listing import AtomFilter, AtomPage, AtomVersion, history, page
 from mnemoflow.governance.operations import (
@@ -43,10 +43,11 @@ from mnemoflow.memory.l1.records import RecordLog
 from mnemoflow.memory.l1.scoping import decide_scope
 from mnemoflow.memory.l1.window import Author
 from mnemoflow.ports.vectors import AtomType
-from mnemoflow.scopes import Caller, ScopeKind, requested_scope
+from mnemoflow.scopes import Caller, ScopeKind
 from mnemoflow.storage import Layout
 from mnemoflow.storage.layout import users as stored_users
 from serving.deps import ApiDeps, PathId
+from serving.security import acting
 
 Wait = Annotated[float, Query(ge=0, le=60, description="Seconds to wait for the operation to be applied.")]
 IdempotencyKey = Annotated[SafeId | None, Header(description="Operation id; a retry with the same key is safe.")]
@@ -74,15 +75,11 @@ class MemoryIn(BaseModel):
         None, description="'shared', 'team' or 'agent'; absent: by type (an instruction is the agent's own)."
     )
 
-    def scope(self, caller: Caller) -> str:
-        """The memory's scope, as extraction decides it for a message of the agent the caller acts as (a bound key
-        fills in its agent and team). NotFound when the body names another agent or team than a bound key's;
-        ValueError when 'team' or 'agent' visibility has no team or agent to keep it to."""
-        agent, team = caller.acting_as(self.agent, self.team)
-        if self.visibility is not None:
-            requested_scope(self.visibility, agent, team)
+    def scope(self) -> str:
+        """The memory's scope, as extraction decides it for a message of this agent (once the key's agent and team
+        are filled in: :func:`serving.security.acting`)."""
         draft = AtomDraft(content=self.text, type=self.type, priority=self.priority, source_message_ids=("api",))
-        return decide_scope(draft, [], Author(agent, team), self.visibility)
+        return decide_scope(draft, [], Author(self.agent, self.team), self.visibility)
 
 
 class UserOperation(BaseModel):
@@ -231,13 +228,8 @@ def governance_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
     ) -> JSONResponse:
         """Store a memory without extraction, through the similarity gate and dedup (a near-duplicate is
         skipped: the applied status says which). A key bound to an agent or team remembers as it."""
-        try:
-            scope = body.scope(caller)
-        except NotFound as exc:
-            raise HTTPException(404, str(exc)) from exc
-        except ValueError as exc:
-            raise HTTPException(422, str(exc)) from exc
-        remember = Remember(user=user, text=body.text, type=body.type, priority=body.priority, scope=scope)
+        (body,) = acting(caller, [body])
+        remember = Remember(user=user, text=body.text, type=body.type, priority=body.priority, scope=body.scope())
         return await submit(caller.tenant, remember, idempotency_key, wait)
 
     @router.delete("/v1/users/{user}", status_code=202, response_model=OperationStatus)

@@ -123,9 +123,9 @@ def memory_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         return AtomDrillDown(record=found.record, messages=found.messages, hidden=found.hidden)
 
     def readable(caller: Caller, scope: str) -> str:
-        """The scope a read of scenes or persona asks for, if the key may see it (an admin key sees every one);
-        404 as for another tenant's user otherwise."""
-        if not caller.admin and scope not in caller.viewer(None, None).scopes():
+        """The scope a read of scenes or persona asks for, if the key may see it; 404 as for another tenant's user
+        otherwise."""
+        if not caller.sees(scope):
             raise HTTPException(404, f"no {scope} memory for this key")
         return scope
 

@@ -56,15 +56,17 @@ class StackMemory:
         """As the agent the request names in its headers, else the default agent: shared memory only."""
         return await (await self._deps.recaller()).recall(tenant, user, query, viewer=viewer)
 
-    async def recall_version(self, tenant: str, user: str) -> str | None:
-        """The atom index's version and a digest of the persona and scene files that recall renders (read raw,
-        not parsed: well under a millisecond), in a worker thread because the index connection may be busy
-        with another request's search."""
+    async def recall_version(self, tenant: str, user: str, viewer: Viewer) -> str | None:
+        """The atom index's version and a digest of the persona and scene files that recall renders for this
+        viewer (read raw, not parsed: well under a millisecond), in a worker thread because the index connection
+        may be busy with another request's search."""
         store = (await self._deps.recaller()).store
 
         def read() -> str | None:
             index = store.version(tenant, user)
-            return None if index is None else f"{index}/{context_digest(self._deps.files, tenant, user)}"
+            if index is None:
+                return None
+            return f"{index}/{context_digest(self._deps.files, tenant, user, viewer.scopes())}"
 
         return await asyncio.to_thread(read)
 

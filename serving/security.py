@@ -6,7 +6,7 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Mapping, Sequence
-from typing import TypeVar
+from typing import Any, Protocol, Self, TypeVar
 
 from fastapi import HTTPException, Request
 from pydantic import SecretStr
@@ -14,7 +14,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mnemoflow.config import AgentKey
 from mnemoflow.errors import NotFound
-from mnemoflow.events import ToolResultIn, TurnIn
 from mnemoflow.ratelimit import RateLimiter, retry_after
 from mnemoflow.scopes import Caller, visibility_has_its_owner
 
@@ -73,23 +72,34 @@ class KeyRing:
         return caller.tenant
 
 
-Submitted = TypeVar("Submitted", TurnIn, ToolResultIn)
+class Authored(Protocol):
+    """A request body that names who it comes from: a turn, a tool result, a memory to remember."""
+
+    @property
+    def agent(self) -> str | None: ...
+
+    @property
+    def team(self) -> str | None: ...
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self: ...
+
+
+Submitted = TypeVar("Submitted", bound=Authored)
 
 
 def acting(caller: Caller, items: Sequence[Submitted]) -> list[Submitted]:
-    """The submitted events as the key's holder: a bound key's agent and team filled in where the body left them
-    out; 404 when the body names another agent or team (as for another tenant's user), 422 when a turn asks for
+    """The submitted bodies as the key's holder: a bound key's agent and team filled in where the body left them
+    out; 404 when the body names another agent or team (as for another tenant's user), 422 when one asks for
     'team' or 'agent' visibility with no team or agent to keep it to; nothing of a refused batch is published."""
     out = []
     for i, item in enumerate(items):
         try:
             agent, team = caller.acting_as(item.agent, item.team)
-            visibility_has_its_owner(item.model_copy(update={"agent": agent, "team": team}))
+            out.append(visibility_has_its_owner(item.model_copy(update={"agent": agent, "team": team})))
         except NotFound as exc:
             raise HTTPException(404, str(exc)) from exc
         except ValueError as exc:
-            raise HTTPException(422, f"item {i}: {exc}") from exc
-        out.append(item.model_copy(update={"agent": agent, "team": team}))
+            raise HTTPException(422, f"item {i}: {exc}" if len(items) > 1 else str(exc)) from exc
     return out
 
 

@@ -134,9 +134,10 @@ class MemorySide(Protocol):
 
     async def recall(self, tenant: str, user: str, query: str, viewer: Viewer) -> RecallResult: ...
 
-    async def recall_version(self, tenant: str, user: str) -> str | None:
-        """A token that changes with every write to what recall reads for this user (atom index, persona,
-        scenes). Read before a recall, it says whether that recall may be reused; None: never reuse."""
+    async def recall_version(self, tenant: str, user: str, viewer: Viewer) -> str | None:
+        """A token that changes with every write to what recall reads for this user as this viewer (atom index,
+        the persona and scenes of its scopes). Read before a recall, it says whether that recall may be reused;
+        None: never reuse."""
         ...
 
     async def compact(self, tenant: str, session: str, messages: list[Message], window: int) -> CompactReply: ...
@@ -304,7 +305,7 @@ class MemoryProxy:
         if query is None:
             return None
         (text, turn), key = query, (tenant, ident.session)
-        version = await self._memory.recall_version(tenant, ident.user)
+        version = await self._memory.recall_version(tenant, ident.user, ident.viewer)
         kept = self._recalls.pop(key)
         if (
             kept is not None

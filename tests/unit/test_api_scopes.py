@@ -6,12 +6,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from fastapi import HTTPException
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
 from mnemoflow.config import TOPIC_TURNS, Settings
 from mnemoflow.embedding import HashingEmbedder
-from mnemoflow.errors import NotFound
 from mnemoflow.events import TurnEvent
 from mnemoflow.index import InMemoryVectorStore
 from mnemoflow.memory.l0 import L0Writer
@@ -233,18 +233,25 @@ def test_agent_keys_reach_a_child_process_intact() -> None:
 
 def test_a_remembered_memory_takes_its_scope_as_an_extracted_one_would() -> None:
     from serving.routes_governance import MemoryIn
+    from serving.security import acting
+
+    def scope(caller: Caller, **body: str) -> str:
+        (acted,) = acting(caller, [MemoryIn.model_validate(body)])
+        return acted.scope()
 
     admin, coder = Caller(tenant="acme"), Caller(tenant="acme", agent="coder", team="eng")
-    assert MemoryIn(text="Ana likes tea").scope(admin) == "shared"
-    assert MemoryIn(text="Ana likes tea", agent="coder").scope(admin) == "shared"  # a fact about the user
-    assert MemoryIn(text="Reply in French", type="instruction", agent="coder").scope(admin) == "agent:coder"
-    assert MemoryIn(text="Ana likes tea", agent="coder", team="eng", visibility="team").scope(admin) == "team:eng"
-    assert MemoryIn(text="Reply in French", type="instruction").scope(coder) == "agent:coder"  # the key's agent
-    assert MemoryIn(text="Ana likes tea", visibility="team").scope(coder) == "team:eng"  # need not repeat its team
-    with pytest.raises(ValueError, match="visibility 'team' needs a team"):
-        MemoryIn(text="Ana likes tea", agent="coder", visibility="team").scope(admin)
-    with pytest.raises(NotFound, match="no agent support for this key"):
-        MemoryIn(text="Ana likes tea", agent="support").scope(coder)
+    assert scope(admin, text="Ana likes tea") == "shared"
+    assert scope(admin, text="Ana likes tea", agent="coder") == "shared"  # a fact about the user
+    assert scope(admin, text="Reply in French", type="instruction", agent="coder") == "agent:coder"
+    assert scope(admin, text="Ana likes tea", agent="coder", team="eng", visibility="team") == "team:eng"
+    assert scope(coder, text="Reply in French", type="instruction") == "agent:coder"  # the key's agent
+    assert scope(coder, text="Ana likes tea", visibility="team") == "team:eng"  # need not repeat its team
+    with pytest.raises(HTTPException, match="visibility 'team' needs a team") as refused:
+        scope(admin, text="Ana likes tea", agent="coder", visibility="team")
+    assert refused.value.status_code == 422
+    with pytest.raises(HTTPException, match="no agent support for this key") as hidden:
+        scope(coder, text="Ana likes tea", agent="support")
+    assert hidden.value.status_code == 404
 
 
 def test_a_bound_key_asks_for_visibility_without_naming_itself_and_remembers_as_itself(setup) -> None:

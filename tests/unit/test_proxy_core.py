@@ -149,7 +149,7 @@ class FlakyMemory:
     async def recall(self, tenant: str, user: str, query: str, viewer: Viewer) -> RecallResult:
         return RecallResult(prepend_context="", system_context="", hits=[], persona="")
 
-    async def recall_version(self, tenant: str, user: str) -> str | None:
+    async def recall_version(self, tenant: str, user: str, viewer: Viewer) -> str | None:
         return None
 
     async def compact(self, tenant: str, session: str, messages: list, window: int) -> object:
@@ -248,7 +248,7 @@ class ScriptedMemory:
     async def publish(self, tenant: str, turns: list, results: list) -> None:
         return None
 
-    async def recall_version(self, tenant: str, user: str) -> str | None:
+    async def recall_version(self, tenant: str, user: str, viewer: Viewer) -> str | None:
         return self.version
 
     async def recall(self, tenant: str, user: str, query: str, viewer: Viewer) -> RecallResult:

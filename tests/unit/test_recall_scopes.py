@@ -75,8 +75,12 @@ def test_private_parts_share_the_budget_and_an_edit_of_one_changes_the_digest(tm
     assert scoped_context(("shared",), texts.__getitem__, 2000) == scoped_context(
         ("shared", "agent:x"), {**texts, "agent:x": ""}.__getitem__, 2000
     )  # a viewer with no private memory gets the shared text as before
+    chinese = {"shared": "我住在杭州", "agent:coder": "以后回答我请用简短的要点"}
+    assert "### 仅 coder 可见\n以后回答" in scoped_context(("shared", "agent:coder"), chinese.__getitem__, 2000)
     files, _ = curated(tmp_path)
-    before = context_digest(files, "acme", "ana")
+    coder = Viewer(agent="coder", team="eng").scopes()
+    before, shared = context_digest(files, "acme", "ana", coder), context_digest(files, "acme", "ana")
     persona = "acme/users/ana/agents/coder/persona.md"
     files.write_atomic(persona, (files.read_bytes(persona) or b"") + b"\n- edited")
-    assert context_digest(files, "acme", "ana") != before
+    assert context_digest(files, "acme", "ana", coder) != before
+    assert context_digest(files, "acme", "ana") == shared  # a viewer that cannot see it keeps its kept recall

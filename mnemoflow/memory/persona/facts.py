@@ -214,10 +214,3 @@ def domain_of(text: str) -> Domain | None:
         if (pos := _first(cue, text)) is not None
     ]
     return min(hits)[3] if hits else None
-
-
-def is_chinese(texts: list[str]) -> bool:
-    """Whether most of ``texts`` are written in Chinese (the persona is written in the user's language)."""
-    han = sum(1 for t in texts for c in t if "\u4e00" <= c <= "\u9fff")
-    latin = sum(1 for t in texts for c in t if c.isascii() and c.isalpha())
-    return han * 2 > latin

@@ -25,13 +25,13 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 
+from mnemoflow.lexical import is_chinese
 from mnemoflow.memory.l1.subject import AI_SUBJECT, is_answer, own_words, people, subject
 from mnemoflow.memory.links import visible_len
 from mnemoflow.memory.persona.facts import (
     Domain,
     cue_at,
     domain_of,
-    is_chinese,
     of_self,
     says_something,
     sentences,

@@ -24,6 +24,7 @@ from functools import partial
 
 from pydantic import BaseModel, ConfigDict
 
+from mnemoflow.lexical import is_chinese
 from mnemoflow.memory.conversations import ConversationIndex
 from mnemoflow.memory.l0 import L0Message, read_l0
 from mnemoflow.memory.l1.models import L1Record
@@ -34,7 +35,7 @@ from mnemoflow.memory.recall.sources import ContextSource, FileContextSource
 from mnemoflow.ports import Embedder, FileStore
 from mnemoflow.ports.clock import Clock, SystemClock
 from mnemoflow.ports.vectors import AtomType, Hit, VectorStore
-from mnemoflow.scopes import SHARED, Viewer
+from mnemoflow.scopes import SHARED, Viewer, scope_parts
 
 
 class RecallHit(BaseModel):
@@ -239,8 +240,12 @@ class Recaller:
         return DrillDown(record, shown, len(msgs) - len(shown))
 
 
-SCOPE_TITLES = {"team": "Shared within team {}", "agent": "Known to agent {} only"}
-"""The line that opens a private scope's part of the persona or navigation, so the agent knows whose it is."""
+SCOPE_TITLES = {
+    "en": {"team": "Shared within team {}", "agent": "Known to agent {} only"},
+    "zh": {"team": "团队 {} 内共享", "agent": "仅 {} 可见"},
+}
+"""The line that opens a private scope's part of the persona or navigation, so the agent knows whose it is; in the
+language the part is written in, as the persona is."""
 
 
 def scoped_context(scopes: Sequence[str], read: Callable[[str], str], budget: int) -> str:
@@ -250,7 +255,8 @@ def scoped_context(scopes: Sequence[str], read: Callable[[str], str], budget: in
     private = []
     for scope in scopes[1:]:
         if text := read(scope).strip():
-            kind, _, name = scope.partition(":")
-            private.append(clip(f"### {SCOPE_TITLES[kind].format(name)}\n{text}", budget // 4))
+            kind, name = scope_parts(scope)
+            title = SCOPE_TITLES["zh" if is_chinese([text]) else "en"][kind].format(name)
+            private.append(clip(f"### {title}\n{text}", budget // 4))
     shared = clip(read(scopes[0]), max(0, budget - sum(len(p) + 2 for p in private)))
     return "\n\n".join(part for part in (shared, *private) if part)

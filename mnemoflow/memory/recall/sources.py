@@ -8,6 +8,7 @@ that write the files, so the format has one parser.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Protocol
 
 from mnemoflow.memory.persona.generate import PersonaStore, render_navigation
@@ -48,11 +49,12 @@ class FileContextSource:
         return render_navigation(scenes, prefix=prefix, framed=scope == SHARED)
 
 
-def context_digest(files: FileStore, tenant: str, user: str) -> str:
-    """What recall's system context is made of (the persona and scene files of every scope, read raw), hashed:
-    any rewrite changes it, so a recall kept for reuse is dropped when the context it rendered changed."""
+def context_digest(files: FileStore, tenant: str, user: str, scopes: Sequence[str] = (SHARED,)) -> str:
+    """What recall's system context is made of for a viewer of ``scopes`` (the persona and scene files of those
+    scopes, read raw), hashed: any rewrite changes it, so a recall kept for reuse is dropped when the context it
+    rendered changed, and only then (another agent's rewrite keeps it)."""
     digest = hashlib.blake2b(digest_size=16)
-    for scope in (SHARED, *ScenePaths(tenant, user).scopes_on_disk(files)):
+    for scope in scopes:
         paths = ScenePaths(tenant, user, scope)
         names = SceneStore(files, tenant, user, scope).names()
         for path in (paths.persona, *(paths.scene(name) for name in names)):

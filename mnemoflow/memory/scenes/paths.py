@@ -14,10 +14,10 @@ import posixpath
 from pathlib import Path
 
 from mnemoflow.errors import InvalidInput
-from mnemoflow.ids import check_id
+from mnemoflow.ids import is_id
 from mnemoflow.memory.scenes.model import SAFE_SCENE_NAME
 from mnemoflow.ports import FileStore
-from mnemoflow.scopes import SHARED
+from mnemoflow.scopes import SHARED, scope_parts
 from mnemoflow.storage import Layout
 
 SCOPE_FOLDERS = {"agent": "agents", "team": "teams"}
@@ -49,7 +49,7 @@ class ScenePaths:
             f"{kind}:{name}"
             for kind, folder in SCOPE_FOLDERS.items()
             for name in files.list_dir(f"{self.user_dir}/{folder}")
-            if _is_id(name)
+            if is_id(name)
         )
 
     def scene_backup(self, slot: int) -> str:
@@ -71,18 +71,10 @@ class ScenePaths:
 
 def scope_folder(scope: str) -> str:
     """``agents/<agent>`` or ``teams/<team>`` for a private scope; :class:`InvalidInput` for anything else."""
-    kind, _, name = scope.partition(":")
-    if kind not in SCOPE_FOLDERS or not _is_id(name):
+    kind, name = scope_parts(scope)
+    if kind not in SCOPE_FOLDERS or not is_id(name):
         raise InvalidInput(f"{scope[:80]!r} is not a team or agent scope")
     return f"{SCOPE_FOLDERS[kind]}/{name}"
-
-
-def _is_id(name: str) -> bool:
-    try:
-        check_id(name)
-    except ValueError:
-        return False
-    return True
 
 
 def confine_resolved(files: FileStore | None, folder: str, path: str) -> None:
