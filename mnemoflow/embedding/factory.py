@@ -26,4 +26,6 @@ def build_embedder(settings: Settings) -> Embedder:
         return MiniLMEmbedder(settings.embedder_model_path, threads=settings.embedder_threads)
     from mnemoflow.embedding.e5 import E5Embedder
 
-    return E5Embedder(threads=settings.embedder_threads or 2)
+    return E5Embedder(
+        threads=settings.embedder_threads or 2, engine=settings.embedder_engine, models_dir=settings.models_dir
+    )

