@@ -30,7 +30,6 @@ from mnemoflow.storage import LocalFileStore
 from mnemoflow.tracing import TRACE_HEADERS, Tracing, extract_headers, inject_headers
 from serving.bus import EventBus, Headers
 from serving.deps import ApiDeps, Compactor, StateReader
-from serving.metrics import ApiMetrics
 from serving.metrics_governance import GovernanceCollector
 from serving.publish import publish_tool_results, publish_turns
 from serving.routes_governance import governance_router
@@ -83,7 +82,7 @@ def create_api(
     gate = TenantGate(KeyRing(settings.api_keys, settings.agent_keys), RateLimiter(settings.rate_limit_for, timer))
     deps = ApiDeps(settings, bus, LocalFileStore(settings.data_dir), session_state, compact, recaller_factory)
     checks = dict(health_checks(deps)) if health_checks is not None else {}
-    metrics = ApiMetrics()
+    metrics = deps.metrics
     metrics.registry.register(GovernanceCollector(deps.files))
     Holder = Annotated[Caller, Depends(gate.caller)]
 

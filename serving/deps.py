@@ -17,6 +17,7 @@ from mnemoflow.offload.replies import CompactReply
 from mnemoflow.offload.session_state import SessionState
 from mnemoflow.storage import LocalFileStore
 from serving.bus import EventBus
+from serving.metrics import ApiMetrics
 
 PathId = Annotated[SafeId, Path(description="an id: letters, digits, _ - . : @; no path characters")]
 
@@ -32,6 +33,7 @@ class ApiDeps:
     session_state: StateReader | None = None
     compact: Compactor | None = None
     recaller_factory: Callable[[], Recaller] | None = None
+    metrics: ApiMetrics = field(default_factory=ApiMetrics)
     _recaller: Recaller | None = field(default=None, init=False)
     _building: asyncio.Future[Recaller] | None = field(default=None, init=False)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from mnemoflow.memory.recall.recaller import RecallResult
+
 
 class ApiMetrics:
     def __init__(self) -> None:
@@ -15,6 +17,17 @@ class ApiMetrics:
         self.events = Counter(
             "mnemoflow_events_submitted", "Events acknowledged by Kafka", ["kind"], registry=self.registry
         )
+
+        self.recalls = Counter(
+            "mnemoflow_recalls",
+            "Recalls (API and proxy) by how they were answered: full; lexical, the query embedding missed its "
+            "deadline and BM25 answered alone; timed_out, no hits",
+            ["outcome"],
+            registry=self.registry,
+        )
+
+    def recalled(self, result: RecallResult) -> None:
+        self.recalls.labels("timed_out" if result.timed_out else result.degraded or "full").inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -77,7 +77,9 @@ def memory_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         guide). On timeout it degrades to no hits with the persona still there. Hits are of the scopes the agent
         may see, each with its scope; an admin key naming no agent recalls as the default agent (shared memory)."""
         viewer = viewer_of(caller, body.agent, body.team)
-        return await (await deps.recaller()).recall(caller.tenant, body.user, body.query, viewer=viewer)
+        result = await (await deps.recaller()).recall(caller.tenant, body.user, body.query, viewer=viewer)
+        deps.metrics.recalled(result)
+        return result
 
     @router.post("/v1/memory/search", response_model=list[RecallHit])
     async def memory_search(body: MemorySearch, caller: Holder) -> list[RecallHit]:

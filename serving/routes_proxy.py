@@ -54,7 +54,9 @@ class StackMemory:
 
     async def recall(self, tenant: str, user: str, query: str, viewer: Viewer) -> RecallResult:
         """As the agent the request names in its headers, else the default agent: shared memory only."""
-        return await (await self._deps.recaller()).recall(tenant, user, query, viewer=viewer)
+        result = await (await self._deps.recaller()).recall(tenant, user, query, viewer=viewer)
+        self._deps.metrics.recalled(result)
+        return result
 
     async def recall_version(self, tenant: str, user: str, viewer: Viewer) -> str | None:
         """The atom index's version and a digest of the persona and scene files that recall renders for this

@@ -255,6 +255,8 @@ class MemoryProxy:
         if recall is not None:
             messages = inject_recall(messages, recall)
             out.headers["x-mnemoflow-recalled"] = str(len(recall.hits))
+            if degraded := ("timed_out" if recall.timed_out else recall.degraded):
+                out.headers["x-mnemoflow-recall-degraded"] = degraded
             out.headers["x-mnemoflow-recall-ids"] = ",".join(h.id for h in recall.hits[:20])
         out.messages = messages
 

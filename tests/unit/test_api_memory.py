@@ -84,6 +84,8 @@ def test_recall_returns_both_contexts_and_hits_with_provenance(setup: tuple) -> 
     atom = out["hits"][0]["id"]
     drilled = client.get(f"/v1/users/ana/atoms/{atom}", headers=KEY).json()
     assert {m["id"] for m in drilled["messages"]} <= {"m0", "m1", "m2"} and drilled["messages"]
+    assert out["degraded"] is None and out["timed_out"] is False
+    assert 'mnemoflow_recalls_total{outcome="full"} 1.0' in client.get("/metrics").text
 
 
 def test_tools_and_tenant_isolation(setup: tuple) -> None:

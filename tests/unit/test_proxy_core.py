@@ -287,6 +287,19 @@ def test_recall_and_compaction_run_at_once_and_the_upstream_gets_what_sequential
     assert memory.budgets == [8192 - 192 - 1000]  # the prompt less the recall reserve, fixed before recall ends
     assert prepared.messages == inject_recall([ARRAY[0], ARRAY[1]], recall)  # compacted, then recall injected
     assert set(prepared.stages_ms) == {"recall", "compact"}
+    assert "x-mnemoflow-recall-degraded" not in prepared.headers
+
+
+def test_a_recall_answered_by_bm25_alone_is_said_in_the_headers(tmp_path: Path) -> None:
+    recall = RecallResult(prepend_context="", system_context="", hits=[], persona="", degraded="lexical")
+    proxy = MemoryProxy(
+        ScriptedMemory(recall, concurrent=False),
+        CaptureLog(LocalFileStore(tmp_path, fsync=False)),
+        Settings(),
+        clock=lambda: NOW,
+    )
+    [prepared] = _prepare(proxy, ChatRequest(model="m", messages=ARRAY[:2]))
+    assert prepared.headers["x-mnemoflow-recall-degraded"] == "lexical"
 
 
 def test_a_recall_larger_than_its_reserve_has_the_array_compacted_again_to_fit(tmp_path: Path) -> None:

@@ -109,6 +109,28 @@ def test_timeout_degrades_to_no_hits_but_keeps_the_persona(tmp_path: Path) -> No
     assert "Ana is a chemist." in out.system_context and time.perf_counter() - start < 0.6
 
 
+class SlowEmbedder(HashingEmbedder):
+    def embed_query(self, texts: list[str]) -> list[list[float]]:
+        time.sleep(0.3)
+        return super().embed_query(texts)
+
+
+def test_a_late_embedding_answers_from_bm25_and_says_so(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    files.write_atomic("t/users/u/persona.md", b"Ana is a chemist.")
+    store = InMemoryVectorStore(dim=64, embedding_model=EMB.model_id)
+    store.upsert([row(1, "u", "Ana drinks oat milk"), row(2, "u", "Ana runs on Sundays")])
+    late = Recaller(store=store, embedder=SlowEmbedder(64), files=files, config=RecallConfig(embed_deadline_s=0.05))
+    out = asyncio.run(late.recall("t", "u", "oat milk"))
+    assert out.elapsed_ms < 250  # did not wait for the embedding
+    assert out.degraded == "lexical" and not out.timed_out
+    assert [h.text for h in out.hits] == ["Ana drinks oat milk"] and out.hits[0].dense_rank is None
+    assert "Ana is a chemist." in out.system_context
+    in_time = Recaller(store=store, embedder=SlowEmbedder(64), files=files, config=RecallConfig(embed_deadline_s=1))
+    full = asyncio.run(in_time.recall("t", "u", "oat milk"))
+    assert full.degraded is None and full.hits[0].dense_rank is not None
+
+
 class CountingEmbedder(HashingEmbedder):
     def __init__(self) -> None:
         super().__init__(64)

@@ -42,6 +42,11 @@ class RecallConfig(BaseModel):
     max_navigation_chars: int = Field(1500, ge=0)
     timeout_s: float = Field(1.0, gt=0)
     """Search budget; on timeout recall returns no hits but persona and navigation are still injected."""
+    embed_deadline_s: float = Field(0.5, gt=0)
+    """The query embedding's share of ``timeout_s``: missed, recall answers from BM25 alone and says so
+    (``RecallResult.degraded``) rather than wait, since an embedder queued behind extraction on two busy cores
+    must not cost the agent its hits. The embedding still finishes in the background and a query cache keeps it
+    for the next recall of the same message."""
     time_weight: float = Field(1.0, ge=0)
     """Weight of the time boost (:mod:`~mnemoflow.memory.recall.time_boost`) when the query names a time; 0 turns
     it off. Fused search only: it is an RRF term."""

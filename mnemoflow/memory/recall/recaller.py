@@ -4,11 +4,15 @@ What the API calls: ``await Recaller(...).recall(RecallRequest(...))`` for ``POS
 ``prepend_context`` and ``system_context`` together, plus structured hits), :meth:`memory_search`,
 :meth:`conversation_search` and :meth:`drill_down`. Every query names tenant and user; the store enforces it.
 
-Ports are sync (store, embedder, files); :meth:`recall` runs the search in a worker thread only to bound it by
-``timeout_s``: on timeout it returns no hits but still the persona and navigation (the original drops all,
-docs/tdam-spec.md §9.18). A :class:`~mnemoflow.scopes.Viewer` limits every search to the scopes its agent may see
-(docs/concepts/scopes.md), inside the store's query; without one (an admin key, and every caller from before
-scopes) the user's atoms of every scope are searched, as before. Each hit says its scope. A time the query names
+Ports are sync (store, embedder, files); :meth:`recall` runs them in worker threads to bound them and to overlap
+what does not depend on each other: the query embedding runs beside the reading of the persona and navigation,
+and the search starts once the vector is there. An embedding that misses ``embed_deadline_s`` leaves the search
+to BM25 alone, said in ``degraded``; a search past ``timeout_s`` returns no hits but still the persona and
+navigation (the original drops all, docs/tdam-spec.md §9.18).
+
+A :class:`~mnemoflow.scopes.Viewer` limits every search to the scopes its agent may see (docs/concepts/scopes.md),
+inside the store's query; without one (an admin key, and every caller from before scopes) the user's atoms of
+every scope are searched, as before. Each hit says its scope. A time the query names
 ("last week", "上个月") is resolved against the clock's now, or against the ``now`` a caller passes to :meth:`hits`
 (a benchmark replaying a conversation asks at its time).
 """
@@ -16,11 +20,13 @@ scopes) the user's atoms of every scope are searched, as before. Each hit says i
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -36,6 +42,8 @@ from mnemoflow.ports import Embedder, FileStore
 from mnemoflow.ports.clock import Clock, SystemClock
 from mnemoflow.ports.vectors import AtomType, Hit, VectorStore
 from mnemoflow.scopes import SHARED, Viewer, scope_parts
+
+log = logging.getLogger(__name__)
 
 
 class RecallHit(BaseModel):
@@ -74,6 +82,8 @@ class RecallResult(BaseModel):
     hits: list[RecallHit]
     persona: str
     timed_out: bool = False
+    degraded: Literal["lexical"] | None = None
+    """``lexical``: the query embedding missed its deadline, so the hits are BM25's alone."""
     elapsed_ms: float = 0.0
 
 
@@ -150,17 +160,39 @@ class Recaller:
     ) -> RecallResult:
         """The hits as prepend lines, and the persona and scene navigation of the scopes ``viewer`` sees (the
         shared scope's alone without one)."""
+        return self._rendered(
+            hits, self.contexts(tenant, user, config, viewer), config, timed_out, elapsed_ms=elapsed_ms
+        )
+
+    def contexts(
+        self, tenant: str, user: str, config: RecallConfig | None = None, viewer: Viewer | None = None
+    ) -> tuple[str, str]:
+        """The persona and the scene navigation of the scopes ``viewer`` sees, each within its budget."""
         cfg = config or self.config
-        lines = fit([memory_line(h.row, cfg.max_line_chars, self.tools) for h in hits], cfg.max_prepend_chars)
         scopes = (SHARED,) if viewer is None else viewer.scopes()
         persona = scoped_context(scopes, partial(self._context.persona, tenant, user), cfg.max_persona_chars)
         nav = scoped_context(scopes, partial(self._context.navigation, tenant, user), cfg.max_navigation_chars)
+        return persona, nav
+
+    def _rendered(
+        self,
+        hits: list[Hit],
+        contexts: tuple[str, str],
+        config: RecallConfig | None,
+        timed_out: bool = False,
+        degraded: Literal["lexical"] | None = None,
+        elapsed_ms: float = 0.0,
+    ) -> RecallResult:
+        cfg = config or self.config
+        lines = fit([memory_line(h.row, cfg.max_line_chars, self.tools) for h in hits], cfg.max_prepend_chars)
+        persona, nav = contexts
         return RecallResult(
             prepend_context=prepend_context(lines),
             system_context=system_context(persona, nav, self.tools, bool(lines)),
             hits=[RecallHit.of(h) for h in hits[: len(lines)]],
             persona=persona,
             timed_out=timed_out,
+            degraded=degraded,
             elapsed_ms=elapsed_ms,
         )
 
@@ -183,13 +215,37 @@ class Recaller:
     ) -> RecallResult:
         cfg = config or self.config
         start = time.perf_counter()
+        contexts = asyncio.ensure_future(asyncio.to_thread(self.contexts, tenant, user, cfg, viewer))
+        hits: list[Hit] = []
+        degraded: Literal["lexical"] | None = None
         try:
-            search = asyncio.to_thread(self.hits, tenant, user, query, None, cfg, viewer=viewer)
-            hits = await asyncio.wait_for(search, cfg.timeout_s)
+            hits, degraded = await asyncio.wait_for(self._search(tenant, user, query, cfg, viewer), cfg.timeout_s)
             timed_out = False
         except TimeoutError:
-            hits, timed_out = [], True
-        return self.render(tenant, user, hits, cfg, timed_out, (time.perf_counter() - start) * 1000, viewer)
+            timed_out = True
+        elapsed = (time.perf_counter() - start) * 1000
+        return self._rendered(hits, await contexts, cfg, timed_out, degraded, elapsed)
+
+    async def _search(
+        self, tenant: str, user: str, query: str, cfg: RecallConfig, viewer: Viewer | None
+    ) -> tuple[list[Hit], Literal["lexical"] | None]:
+        """The hits, embedding the query within ``embed_deadline_s`` or falling back to BM25 alone."""
+        query = query[: cfg.max_query_chars]
+        if "vector" not in cfg.methods or "bm25" not in cfg.methods or len(query.strip()) < cfg.min_query_chars:
+            return await asyncio.to_thread(self.hits, tenant, user, query, None, cfg, viewer=viewer), None
+        try:
+            embedding = asyncio.to_thread(self._embedder.embed_query, [query])
+            (vector,) = await asyncio.wait_for(embedding, cfg.embed_deadline_s)
+        except TimeoutError:
+            log.warning(
+                "recall for %s/%s: the query embedding missed its %.0f ms deadline; answering from BM25 alone",
+                tenant,
+                user,
+                cfg.embed_deadline_s * 1000,
+            )
+            lexical = cfg.model_copy(update={"methods": ("bm25",)})
+            return await asyncio.to_thread(self.hits, tenant, user, query, None, lexical, viewer=viewer), "lexical"
+        return await asyncio.to_thread(self.hits, tenant, user, query, vector, cfg, viewer=viewer), None
 
     def memory_search(
         self,
