@@ -32,8 +32,9 @@ from streams.broker import free_port  # noqa: E402
 
 REPLICA = """
 import json, os, sys, time
-import httpx, ray
-from mnemoflow.cli.stack import wait_live
+from mnemoflow.cli.stack import start_local_ray, wait_live
+start_local_ray("serve-ingress")  # before ray is imported: a one-machine Ray on loopback, as the stack starts it
+import httpx
 from fastapi import FastAPI
 from ray import serve
 
@@ -47,7 +48,6 @@ class Live:
         return "ok"
 
 port, direct_port, n = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
 serve.start(http_options={"host": "127.0.0.1", "port": port})
 serve.run(Live.bind(), route_prefix="/")
 root = f"http://127.0.0.1:{direct_port if os.environ.get('DIRECT_ONLY') else port}"
@@ -67,8 +67,9 @@ print(json.dumps(ms))
 
 def run(kind: str, n: int, haproxy: str | None) -> list[float]:
     port, direct_port = free_port("127.0.0.1"), free_port("127.0.0.1")
-    # One-machine Ray on loopback, with its workers at nice 0 as the stack runs them (Ray's default is nice 15).
-    env = {**os.environ, "RAY_ENABLE_RAY_CLUSTER": "0", "RAY_AUTH_MODE": "disabled", "RAY_worker_niceness": "0"}
+    # Ray's workers at nice 0 as the stack runs them (Ray's default is nice 15); the replica's start_local_ray
+    # keeps its Ray a one-machine install on loopback.
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_worker_niceness": "0"}
     if kind in ("direct", "haproxy"):
         env |= {
             "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
