@@ -3,13 +3,16 @@ a temporary path (tests/bench_smoke.py): it starts as a user starts it, runs to 
 result. The stack's benchmarks use the session's Apache Kafka broker (``MNEMOFLOW_KAFKA_BOOTSTRAP``) rather than
 starting one each; Ray is their own, as it is for a user.
 
-Not smoked here: bench/scale.py (a two-node cluster of its own whose phases restart workers and replicas and kill a
-raylet: minutes even on tiny data; tests/integration/test_cluster_scale.py runs the same cluster shape) and
-bench/chaos.py (``mnemoflow up`` under faults; tests/unit/test_bench_chaos.py checks its accounting and
-tests/integration/test_embedded_up.py kills each part of ``mnemoflow up``)."""
+bench/scale.py (a two-node cluster of its own whose phases restart workers and replicas and kill a raylet: about
+3.5 minutes on 2 cores even on tiny data) and bench/chaos.py (``mnemoflow up`` under one worker SIGKILL, then its
+checks: about 2 minutes) are smoked only with ``MNEMOFLOW_BENCH_SMOKE_SLOW=1``: together they would double what
+the smoke runs add to the suite. tests/integration/test_cluster_scale.py runs the same cluster shape,
+tests/integration/test_embedded_up.py kills each part of ``mnemoflow up``, and tests/unit/test_bench_chaos.py
+checks chaos's accounting."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,13 +24,15 @@ from tests.bench_smoke import EVAL, check_report, run_bench
 from tests.services import TEST_MODEL
 
 pytestmark = pytest.mark.integration
+SLOW = "MNEMOFLOW_BENCH_SMOKE_SLOW"
+slow = pytest.mark.skipif(os.environ.get(SLOW) != "1", reason=f"minutes on 2 cores: set {SLOW}=1 to run it")
+needs_locomo = pytest.mark.skipif(not (EVAL / "locomo" / "locomo-dev.json").exists(), reason="LoCoMo data not found")
 
 
+@needs_locomo
 def test_serving_and_extraction(tmp_path: Path) -> None:
-    """bench/serving.py, which runs bench/extraction.py's measure: a one-machine Ray of its own, the embedder and
-    extractor deployments, and one short call of the smallest fetched model."""
-    if not (EVAL / "locomo" / "locomo-dev.json").exists():
-        pytest.skip("LoCoMo data not found (the extraction requests are its turns)")
+    """bench/serving.py, which runs bench/extraction.py's measure (on LoCoMo turns): a one-machine Ray of its own,
+    the embedder and extractor deployments, and one short call of the smallest fetched model."""
     result = run_bench("serving", "--smoke", out=tmp_path / "serving.json", timeout=600)
     check_report(result, "serving", {"embed_per_s", "extraction", "cpu_engine", "serve_b64_vs_inproc"})
     assert set(result["embed_per_s"]) == {"inproc_b1", "inproc_b64", "serve_b1", "serve_b64"}
@@ -68,3 +73,23 @@ def test_proxy(tmp_path: Path, apache_kafka: EmbeddedKafka) -> None:
     assert result["seeded_atoms_found"] > 0  # recall searched a real index
     assert result["prompt_tokens"]["proxy"] > 0 and result["prompt_tokens"]["direct"] > 0
     assert {"first", "repeat"} <= result["latency"].keys()
+
+
+@slow
+@needs_locomo
+def test_scale(tmp_path: Path) -> None:
+    result = run_bench("scale", "--smoke", out=tmp_path / "scale.json", timeout=1200)
+    check_report(result, "scale", {"kafka_to_l0_events_per_s", "extraction_jobs_per_s", "recall_rps", "recovery"})
+    assert all(phase["complete"] for phase in result["ingest"].values()), result["ingest"]
+    assert set(result["recall_rps"]) == {"1", "2"} and all(r["failed"] == 0 for r in result["extraction"].values())
+    assert set(result["recovery"]) == {"worker_sigkill", "api_replica_sigkill", "second_node_raylet_sigkill"}
+
+
+@slow
+@needs_locomo
+def test_chaos(tmp_path: Path) -> None:
+    """One worker SIGKILL under traffic, then every check; ``mnemoflow up`` is the checkout's."""
+    result = run_bench("chaos", "--smoke", out=tmp_path / "chaos.json", timeout=900)
+    check_report(result, "chaos", {"by_fault", "l1", "canvases", "shard_state", "stop", "targets"})
+    assert result["faults"] == {"worker_sigkill": 1} and result["events_acked"] > 0
+    assert all(result["targets"].values()), result["targets"]
