@@ -30,6 +30,7 @@ conversation; ``python bench/agents.py`` (the full run, on quiet cores): 50 agen
 
     python bench/agents.py --quick      # 10 agents / 3 teams / 20 users; 10^4 atoms (sqlite, milvus); 1 conversation
     python bench/agents.py              # 50 agents / 5 teams / 200 users; 10^5 atoms (sqlite, milvus); 5 conversations
+    python bench/agents.py --smoke --out /tmp/agents.json   # 4 agents, 500 atoms, 30 turns: that it runs (the tests)
 
 Writes ``bench/results/agents.json`` (``agents-quick.json`` with ``--quick``).
 """
@@ -69,7 +70,7 @@ from bench.locomo_recall import (
     uid,
     workspace,
 )
-from bench.report import Run, Table  # noqa: E402
+from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
 from bench.store_latency import VERSIONS, Corpus, open_backend, stats, timed  # noqa: E402
 from mnemoflow.config import TOPIC_COMMANDS, TOPIC_TURNS, Settings  # noqa: E402
 from mnemoflow.embedding.factory import build_embedder
@@ -815,13 +816,19 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--backends", default="sqlite,milvus", help="comma list of memory,sqlite,milvus,milvus_client")
     ap.add_argument("--conversations", type=int, default=5, help="LoCoMo dev conversations for part 3")
+    ap.add_argument("--turns", type=int, help="the first turns of each conversation for part 3 (default: all)")
     ap.add_argument("--embedder", default=Settings().embedder, choices=["e5", "minilm"], help="part 3's embedder")
     ap.add_argument("--eval-dir", default=str(ROOT.parent / "shared" / "eval"))
+    ap.add_argument("--smoke", action="store_true", help="a tiny fleet, 500 atoms, 30 turns of one conversation")
     ap.add_argument("--out", help="default bench/results/agents.json (agents-quick.json with --quick)")
     args = ap.parse_args()
     if args.quick:
         args.agents, args.teams, args.users, args.agents_per_user, args.rounds = 10, 3, 20, 3, 12
         args.atoms, args.latency_users, args.queries, args.conversations = 10_000, 100, 200, 1
+    if args.smoke:
+        args.agents, args.teams, args.users, args.agents_per_user, args.rounds, args.probes = 4, 2, 4, 2, 3, 2
+        args.atoms, args.latency_users, args.queries, args.warmup, args.conversations = 500, 5, 10, 2, 1
+        args.turns = args.turns or 30
     parts = set(args.parts.split(","))
     loaders = load_module(Path(args.eval_dir) / "loaders.py", "mnemoflow_eval_loaders")
     convs = loaders.load_locomo(str(Path(args.eval_dir) / "locomo" / "locomo-dev.json"))
@@ -881,7 +888,7 @@ def main() -> None:
             }
             tables.append(latency_table(args, results))
         if "facts" in parts:
-            chosen = convs[: args.conversations]
+            chosen = [{**c, "turns": c["turns"][: args.turns]} for c in convs[: args.conversations]]
             print(f"[facts] {len(chosen)} conversations, embedder {args.embedder} ...", flush=True)
             result["facts"] = shared_facts(chosen, args.embedder, Path(tmp) / "facts")
             tables.append(facts_table(result["facts"]))
@@ -898,7 +905,7 @@ def main() -> None:
                     "user over agents hides no shared fact, and the cost of per-author windows against the unsplit "
                     "ingest"
                 )
-    default = ROOT / "bench" / "results" / f"agents{'-quick' if args.quick else ''}.json"
+    default = smoke_out("agents") if args.smoke else RESULTS / f"agents{'-quick' if args.quick else ''}.json"
     run.finish(tables, result, Path(args.out) if args.out else default, notes=notes)
     leaks = result.get("fleet", {}).get("leaks", 0)
     if leaks:

@@ -28,7 +28,8 @@ What it does:
 
 Prints the tables and writes ``bench/results/chaos.json`` (``chaos-quick.json`` with ``--quick``), with
 ``targets``: each of the above as yes or no.
-``--quick`` (a LoCoMo conversation, a few trajectories) takes under 5 minutes on 2 cores. Nothing is left
+``--quick`` (a LoCoMo conversation, a few trajectories) takes under 5 minutes on 2 cores; ``--smoke`` (one
+trajectory of each kind, one worker SIGKILL) checks that it runs. Nothing is left
 running, even on Ctrl-C: the stack's process group and every process ever seen below it are killed on the way
 out.
 """
@@ -74,7 +75,7 @@ from bench.chaos_checks import (  # noqa: E402
     wait_quiet,
 )
 from bench.chaos_stack import UpProcess, free_port  # noqa: E402
-from bench.report import Run, Table  # noqa: E402
+from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
 from mnemoflow.client.calls import batches as chunks  # noqa: E402
 from mnemoflow.events import ToolResultIn, TurnIn  # noqa: E402
 from mnemoflow.replay import from_locomo, from_messages  # noqa: E402
@@ -123,6 +124,7 @@ class Profile:
 
 
 QUICK = Profile(locomo=1, openhands=3, tau=8, rate=15, recovery_timeout=75, gap_s=3, repeat=1)
+SMOKE = Profile(locomo=1, openhands=1, tau=1, rate=15, recovery_timeout=75, gap_s=2, repeat=1)  # one fault (--smoke)
 FULL = Profile(locomo=5, openhands=50, tau=100, rate=40, recovery_timeout=180, gap_s=10, repeat=2)
 
 
@@ -623,8 +625,9 @@ def l1_consistency(client: httpx.Client, data: Path, ledger: Ledger, timeout: fl
 
 
 def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    profile = QUICK if args.quick else FULL
-    schedule = args.faults.split(",") if args.faults else SCHEDULE * profile.repeat
+    profile = SMOKE if args.smoke else QUICK if args.quick else FULL
+    schedule = SCHEDULE[:1] if args.smoke else SCHEDULE * profile.repeat
+    schedule = args.faults.split(",") if args.faults else schedule
     unknown = [k for k in schedule if k not in PART]
     if unknown:
         raise SystemExit(f"unknown fault kinds {unknown}; known: {sorted(PART)}")
@@ -650,7 +653,7 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     cmd = [str(mnemoflow), "up", "--data-dir", str(data), "--port", str(port)]
     up = UpProcess(cmd, env, root / "up.log", root)
     started = time.monotonic()
-    result: dict[str, Any] = {"quick": args.quick, "cpus": os.cpu_count(), "data_dir": str(data)}
+    result: dict[str, Any] = {"quick": args.quick, "smoke": args.smoke, "cpus": os.cpu_count(), "data_dir": str(data)}
     threads: list[threading.Thread] = []
     try:
         api = up.start(timeout=240)
@@ -712,7 +715,7 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         want = (sum(k[0] == "turn" for k in acked), sum(k[0] == "tool" for k in acked))
         result["quiescence"] = wait_quiet(data, want, quiet_s=3, give_up_s=20, timeout=120)
         outcome = check_events(data, acked, unordered=PROBE_SESSIONS)
-        result["l1"] = l1_consistency(client, data, ledger, timeout=90 if args.quick else 300)
+        result["l1"] = l1_consistency(client, data, ledger, timeout=90 if args.quick or args.smoke else 300)
         result["canvases"] = check_canvases(data)
         result["shard_state"] = check_shard_states(client, data)
         result["compaction"] = {
@@ -891,6 +894,7 @@ def tables(result: dict[str, Any]) -> list[Table]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="one LoCoMo conversation, a few trajectories (< 5 min)")
+    parser.add_argument("--smoke", action="store_true", help="--quick's conversation, 2 trajectories, one worker kill")
     parser.add_argument("--faults", help=f"comma-separated fault kinds (default: {','.join(SCHEDULE)})")
     parser.add_argument("--keep", action="store_true", help="keep the data and log folder (printed at the end)")
     parser.add_argument("--out", type=Path, help="default bench/results/chaos.json (chaos-quick.json with --quick)")
@@ -912,7 +916,7 @@ def main() -> None:
             shutil.rmtree(root, ignore_errors=True)
     if not args.keep:
         del result["data_dir"]
-    out = args.out or ROOT / "bench" / "results" / f"chaos{'-quick' if args.quick else ''}.json"
+    out = args.out or (smoke_out("chaos") if args.smoke else RESULTS / f"chaos{'-quick' if args.quick else ''}.json")
     run_.finish(tables(result), json.loads(json.dumps(result, default=str)), out)
     if args.keep:
         print(f"data and logs kept in {root}")

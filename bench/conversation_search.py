@@ -11,6 +11,7 @@ to a fresh L0 through :class:`~mnemoflow.memory.l0.L0Writer`, then times, for th
 
     python bench/conversation_search.py            # 20,000 messages
     python bench/conversation_search.py --quick    # 2,000 messages
+    python bench/conversation_search.py --smoke --out /tmp/cs.json   # 200 messages: that it runs (the tests)
 
 Prints a table and writes ``bench/results/conversation_search.json`` (``-quick`` with ``--quick``).
 """
@@ -30,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.report import Run, Table  # noqa: E402
+from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
 from mnemoflow.events import TurnEvent  # noqa: E402
 from mnemoflow.lexical import bm25_scores
 from mnemoflow.memory.conversations import INDEX_FILE, ConversationIndex
@@ -155,10 +156,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10, help="times each query is asked of the index")
     ap.add_argument("--scan-rounds", type=int, default=2, help="times each query is asked of the (slow) scan")
     ap.add_argument("--quick", action="store_true", help="2,000 messages over 20 days")
+    ap.add_argument("--smoke", action="store_true", help="200 messages over 2 days, each query once (the tests)")
     ap.add_argument("--out", help="default bench/results/conversation_search.json (-quick.json with --quick)")
     args = ap.parse_args()
     if args.quick:
         args.messages, args.days = 2_000, 20
+    if args.smoke:
+        args.messages, args.days, args.rounds, args.scan_rounds = 200, 2, 1, 1
     run_ = Run("conversation_search", f"conversations/search at {args.messages:,} L0 messages of one user")
     with tempfile.TemporaryDirectory(prefix="mnemoflow-convsearch-") as tmp:
         r = run(args, Path(tmp))
@@ -170,7 +174,8 @@ def main() -> None:
     title = f"{args.messages:,} messages over {args.days} day files, one user, limit {args.limit}"
     notes = [f"L0 {r['l0_mb']} MB, index {r['index_mb']} MB; same top ids as the scan: {r['same_top_ids']}"]
     out = {"messages": args.messages, "days": args.days, "limit": args.limit, "results": r}
-    default = Path(__file__).parent / "results" / f"conversation_search{'-quick' if args.quick else ''}.json"
+    default = RESULTS / f"conversation_search{'-quick' if args.quick else ''}.json"
+    default = smoke_out("conversation_search") if args.smoke else default
     table = Table(title=title, columns=["method", "p50 ms", "p99 ms", "mean ms"], rows=rows)
     run_.finish([table], out, Path(args.out) if args.out else default, notes=notes)
 

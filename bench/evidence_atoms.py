@@ -14,6 +14,7 @@ turns, and the assistant's, which become ``Assistant: ...`` atoms when they answ
 index: a few seconds a set.
 
     python bench/evidence_atoms.py
+    python bench/evidence_atoms.py --smoke --out /tmp/evidence.json   # the first item of each set: seconds
 
 Writes ``bench/results/evidence_atoms.json`` with the dropped turns' ids (never their text: the eval data stays in
 ../shared/eval).
@@ -40,7 +41,7 @@ from bench.locomo_recall import (  # noqa: E402
     without_atom,
 )
 from bench.longmemeval_recall import safe, turn_event, turns_of  # noqa: E402
-from bench.report import Run, Table  # noqa: E402
+from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
 from mnemoflow.events import TurnEvent  # noqa: E402
 from mnemoflow.memory.l0 import L0Writer  # noqa: E402
 from mnemoflow.memory.l1.heuristic import HeuristicExtractor  # noqa: E402
@@ -112,15 +113,20 @@ def summary(evidence: int, missed: list[str], turns: int, atoms: int) -> dict[st
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--eval-dir", default=str(ROOT.parent / "shared" / "eval"))
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "evidence_atoms.json"))
+    ap.add_argument("--out", help="default bench/results/evidence_atoms.json (with --smoke, the temp folder)")
+    ap.add_argument("--smoke", action="store_true", help="the first conversation or question of each set (the tests)")
     args = ap.parse_args()
+    out = Path(args.out) if args.out else smoke_out("evidence_atoms") if args.smoke else RESULTS / "evidence_atoms.json"
     loaders = load_module(Path(args.eval_dir) / "loaders.py", "mnemoflow_eval_loaders")
     eval_dir = Path(args.eval_dir)
+    first = 1 if args.smoke else None
     sets = {
-        "locomo-dev": lambda f: locomo(loaders.load_locomo(str(eval_dir / "locomo" / "locomo-dev.json")), f),
-        "zh-dialogues": lambda f: locomo(loaders.load_locomo(str(ROOT / "bench" / "data" / "zh-dialogues.json")), f),
+        "locomo-dev": lambda f: locomo(loaders.load_locomo(str(eval_dir / "locomo" / "locomo-dev.json"))[:first], f),
+        "zh-dialogues": lambda f: locomo(
+            loaders.load_locomo(str(ROOT / "bench" / "data" / "zh-dialogues.json"))[:first], f
+        ),
         "longmemeval-s-dev": lambda f: longmemeval(
-            json.loads((eval_dir / "longmemeval" / "longmemeval-s-dev.json").read_text()), f
+            json.loads((eval_dir / "longmemeval" / "longmemeval-s-dev.json").read_text())[:first], f
         ),
     }
     run = Run("evidence_atoms", "Evidence turns with no drafted atom (heuristic L1, no embedder)")
@@ -140,7 +146,7 @@ def main() -> None:
         for name, r in result.items()
     ]
     columns = ["set", "turns", "atoms", "evidence turns", "without an atom", "share"]
-    run.finish([Table(title="Evidence turns without an atom", columns=columns, rows=rows)], result, Path(args.out))
+    run.finish([Table(title="Evidence turns without an atom", columns=columns, rows=rows)], result, out)
 
 
 if __name__ == "__main__":

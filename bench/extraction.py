@@ -123,11 +123,11 @@ def _measure(engine: str, batch: int, users: int, url: str | None) -> dict[str, 
                 serve.delete("llm")
 
 
-def extraction_benchmark(quick: bool) -> dict[str, Any]:
-    """Needs a running Ray (the caller starts it)."""
+def extraction_benchmark(quick: bool, users: int | None = None) -> dict[str, Any]:
+    """Needs a running Ray (the caller starts it). ``users``: requests per engine and mode (default 48 quick, 160)."""
     from tests.services import asgi_server
 
-    users = 48 if quick else 160
+    users = users or (48 if quick else 160)
     out: dict[str, Any] = {"users": users, "concurrency": CONCURRENCY, "stub_latency_ms": LATENCY_S * 1000}
     out["heuristic"] = {mode: _measure("heuristic", b, users, None) for mode, b in (("batched", 16), ("unbatched", 1))}
     with asgi_server(_stub_app()) as url:

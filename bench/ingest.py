@@ -2,6 +2,7 @@
 Apache Kafka (the default) and on tansu (memory only); and the RSS of the whole default stack, idle and loaded.
 
     python bench/ingest.py [--quick] [--events N] [--api-events N]
+    python bench/ingest.py --smoke --out /tmp/ingest.json   # one stack, 500 + 200 events: that it runs (the tests)
 
 Prints a table and writes bench/results/ingest.json (ingest-quick.json with --quick). The clock starts at the
 first produce (or POST) and stops when the last line is on disk, so it measures the whole path, worker included
@@ -30,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-from bench.report import Run, Table  # noqa: E402
+from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
 from mnemoflow.cli.stack import Stack  # noqa: E402
 from mnemoflow.config import TOPIC_TURNS, Settings  # noqa: E402
 from mnemoflow.events import TurnEvent  # noqa: E402
@@ -154,7 +155,7 @@ def post_api(api: str, batch: list[TurnEvent], per_request: int = 500, threads: 
             list(pool.map(send, bodies))
 
 
-def run_one(broker: str, n_kafka: int, n_api: int, measure_memory: bool, fsync: bool = True) -> dict:
+def run_one(broker: str, n_kafka: int, n_api: int, measure_memory: bool, fsync: bool = True, idle_s: float = 5) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"mnemoflow-bench-{broker}-") as tmp:
         data_dir = Path(tmp)
         settings = Settings(
@@ -166,7 +167,7 @@ def run_one(broker: str, n_kafka: int, n_api: int, measure_memory: bool, fsync: 
             warm_up(stack, info.api_url, data_dir)
             result: dict = {}
             if measure_memory:
-                time.sleep(5)
+                time.sleep(idle_s)
                 result["idle_rss_mib"], result["idle_pss_mib"] = stack_memory()
             base = count_lines(data_dir)
             batch = events(n_kafka, "k")
@@ -194,43 +195,57 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="20k Kafka events and 5k API events (< 3 minutes)")
     parser.add_argument("--events", type=int, default=None)
     parser.add_argument("--api-events", type=int, default=None)
+    parser.add_argument(
+        "--smoke", action="store_true", help="500 Kafka and 200 API events, the default broker only (the tests)"
+    )
+    parser.add_argument("--out", help="default bench/results/ingest.json (ingest-quick.json with --quick)")
     args = parser.parse_args()
-    n_kafka = args.events or (20_000 if args.quick else 100_000)
-    n_api = args.api_events or (5_000 if args.quick else 20_000)
+    n_kafka = args.events or (500 if args.smoke else 20_000 if args.quick else 100_000)
+    n_api = args.api_events or (200 if args.smoke else 5_000 if args.quick else 20_000)
 
     run = Run("ingest", f"Ingest: {n_kafka:,} Kafka events and {n_api:,} API events into L0 on disk")
-    apache = run_one("kafka", n_kafka, n_api, measure_memory=True)
-    tansu = run_one("tansu", n_kafka, n_api, measure_memory=False)
-    no_fsync = run_one("kafka", n_kafka, 0, measure_memory=False, fsync=False)  # what durable files cost
+    apache = run_one("kafka", n_kafka, n_api, measure_memory=True, idle_s=1 if args.smoke else 5)
+    # The smoke run starts one stack (each start is most of a minute on 2 cores): tansu and unsynced files are left out.
+    tansu = None if args.smoke else run_one("tansu", n_kafka, n_api, measure_memory=False)
+    no_fsync = None if args.smoke else run_one("kafka", n_kafka, 0, measure_memory=False, fsync=False)
+
+    def per_s(measured: dict | None, key: str) -> int | None:
+        return round(measured[key]) if measured else None
+
+    def per_cpu_s(measured: dict | None) -> int | None:
+        return round(n_kafka / measured["worker_cpu_s"]) if measured else None
 
     results = {
-        "kafka_to_l0_events_per_s": {"apache": round(apache["kafka_to_l0"]), "tansu": round(tansu["kafka_to_l0"])},
-        "api_to_l0_events_per_s": {"apache": round(apache["api_to_l0"]), "tansu": round(tansu["api_to_l0"])},
-        "kafka_to_l0_files_not_fsynced_events_per_s": {"apache": round(no_fsync["kafka_to_l0"])},
+        "kafka_to_l0_events_per_s": {"apache": per_s(apache, "kafka_to_l0"), "tansu": per_s(tansu, "kafka_to_l0")},
+        "api_to_l0_events_per_s": {"apache": per_s(apache, "api_to_l0"), "tansu": per_s(tansu, "api_to_l0")},
+        "kafka_to_l0_files_not_fsynced_events_per_s": {"apache": per_s(no_fsync, "kafka_to_l0")},
         # Load-independent: events the worker captured per second of its own CPU (it is one process: one core).
-        "kafka_to_l0_events_per_worker_cpu_s": {
-            "apache": round(n_kafka / apache["worker_cpu_s"]),
-            "tansu": round(n_kafka / tansu["worker_cpu_s"]),
-        },
+        "kafka_to_l0_events_per_worker_cpu_s": {"apache": per_cpu_s(apache), "tansu": per_cpu_s(tansu)},
         "idle_rss_mib": round(apache["idle_rss_mib"]),
         "loaded_rss_mib": round(apache["loaded_rss_mib"]),
         "idle_pss_mib": round(apache["idle_pss_mib"]),
         "loaded_pss_mib": round(apache["loaded_pss_mib"]),
         "events": {"kafka": n_kafka, "api": n_api},
         "quick": args.quick,
+        "smoke": args.smoke,
     }
     rate, per_cpu = results["kafka_to_l0_events_per_s"], results["kafka_to_l0_events_per_worker_cpu_s"]
-    api = results["api_to_l0_events_per_s"]
+    api, unsynced = results["api_to_l0_events_per_s"], results["kafka_to_l0_files_not_fsynced_events_per_s"]
+
+    def cell(value: int | None) -> str:
+        return "not run" if value is None else f"{value:,}"
+
     rows = [
-        ["Kafka produce → L0 on disk (events/s)", f"{rate['apache']:,}", f"{rate['tansu']:,}"],
-        ["Kafka produce → L0, files not fsynced (events/s)", f"{no_fsync['kafka_to_l0']:,.0f}", ""],
-        ["API submit → L0 on disk (events/s)", f"{api['apache']:,}", f"{api['tansu']:,}"],
-        ["Kafka → L0 per second of worker CPU (events)", f"{per_cpu['apache']:,}", f"{per_cpu['tansu']:,}"],
+        ["Kafka produce → L0 on disk (events/s)", cell(rate["apache"]), cell(rate["tansu"])],
+        ["Kafka produce → L0, files not fsynced (events/s)", cell(unsynced["apache"]), ""],
+        ["API submit → L0 on disk (events/s)", cell(api["apache"]), cell(api["tansu"])],
+        ["Kafka → L0 per second of worker CPU (events)", cell(per_cpu["apache"]), cell(per_cpu["tansu"])],
         ["stack RSS idle / loaded (MiB)", f"{results['idle_rss_mib']:,} / {results['loaded_rss_mib']:,}", ""],
         ["stack PSS idle / loaded (MiB)", f"{results['idle_pss_mib']:,} / {results['loaded_pss_mib']:,}", ""],
     ]
     columns = ["path", "embedded Apache Kafka (default)", "tansu (memory only)"]
-    out = ROOT / "bench" / "results" / ("ingest-quick.json" if args.quick else "ingest.json")
+    out = RESULTS / ("ingest-quick.json" if args.quick else "ingest.json")
+    out = Path(args.out) if args.out else smoke_out("ingest") if args.smoke else out
     run.finish([Table(title="Ingest into L0", columns=columns, rows=rows)], results, out)
 
 

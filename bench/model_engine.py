@@ -41,6 +41,9 @@ slowest) and tokens/s; per engine, each stage's wall time.
     python bench/model_engine.py --quick            # the 0.5B: 10 turns, 1 conversation a set, 1 trajectory, 8 calls
     python bench/model_engine.py --model qwen2.5-1.5b   # 60 turns, 2 conversations a set, 5 trajectories, 24 calls
 
+``--smoke --out PATH`` runs the heuristic engine alone on 10 turns and 4 tool calls, no model loaded: seconds, that
+the benchmark runs (the tests); the model's side is what ``--quick`` measures.
+
 ``--quick`` takes 409-459 s with the 0.5B and 657-708 s with the 1.5B on 2 cores with little else running
 (2026-12-06, load under 2.3; the model's L1, persona and canvas calls are most of it). Earlier versions of the
 prompts took over 22 minutes: the model spelled out every message id of its window on every memory and ran canvas
@@ -79,7 +82,7 @@ from bench.locomo_recall import (  # noqa: E402
 )
 from bench.offload import canvas_figures, chain, load, official_validity  # noqa: E402
 from bench.proxy import pct  # noqa: E402
-from bench.report import Run, Table  # noqa: E402
+from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
 from bench.scenes import gold_coverage, user_atoms  # noqa: E402
 from mnemoflow.config import ModelStage, Settings  # noqa: E402
 from mnemoflow.embedding import HashingEmbedder  # noqa: E402
@@ -509,19 +512,26 @@ def main() -> None:
     ap.add_argument("--trajectories", type=int, default=None, help="OpenHands trajectories (default 5; quick 1)")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="llama.cpp threads (default: every core)")
     ap.add_argument("--show", action="store_true", help="print the atoms, scenes, persona and canvases")
+    ap.add_argument("--smoke", action="store_true", help="the heuristic engine alone, 10 turns, 4 calls (the tests)")
+    ap.add_argument("--out", help="default bench/results/model_engine-<model>[-quick].json")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    turns = args.turns or (10 if args.quick else 60)
-    per_set = args.conversations or (1 if args.quick else 2)
-    calls = args.calls or (8 if args.quick else 24)
-    n_traj = args.trajectories or (1 if args.quick else 5)
-    settings = Settings()
-    path = installed_model(args.model, settings.models_dir)
-    run = Run("model_engine", f"Every LLM stage on {args.model} (llama.cpp, CPU) beside the heuristic engine")
+    short = args.quick or args.smoke
+    turns = args.turns or (10 if short else 60)
+    per_set = args.conversations or (1 if short else 2)
+    calls = args.calls or (4 if args.smoke else 8 if args.quick else 24)
+    n_traj = args.trajectories or (1 if short else 5)
+    engines = ENGINES[:1] if args.smoke else ENGINES  # the smoke run loads no model: its calls take minutes
     usage = LLMUsage(keep=100_000)  # every call: L1's model seconds are read from the records of its calls
-    model = LlamaCppEngine(path, n_ctx=8192, threads=args.threads, usage=usage)
+    model = None
+    if "model" in engines:
+        path = installed_model(args.model, Settings().models_dir)
+        model = LlamaCppEngine(path, n_ctx=8192, threads=args.threads, usage=usage)
+    title = "the heuristic engine alone (--smoke)" if args.smoke else f"{args.model} (llama.cpp, CPU)"
+    run = Run("model_engine", f"Every LLM stage on {title} beside the heuristic engine")
     result: dict[str, Any] = {
-        "model": args.model,
+        "model": args.model if model is not None else None,
+        "engines": list(engines),
         "prompts": prompt_versions(),
         "sample": {"turns": turns, "conversations_per_set": per_set, "tool_calls": calls, "trajectories": n_traj},
         "memory": {},
@@ -536,7 +546,7 @@ def main() -> None:
                         cut, model if engine == "model" else None, usage, args.show, Path(tmp) / f"{k}-{engine}"
                     )
                 )
-                for engine in ENGINES
+                for engine in engines
             }
     trajectories = load("openhands")[:n_traj]
     result["offload"] = {
@@ -546,33 +556,35 @@ def main() -> None:
                 for j, t in enumerate(trajectories)
             ]
         )
-        for engine in ENGINES
+        for engine in engines
     }
     result["stages"] = {name: dataclasses.asdict(t) for name, t in usage.stages().items()}
     result["latency"] = latencies(usage)
-    heuristic_ms, model_ms = (result["offload"][e]["compaction_p50_ms"] for e in ENGINES)
-    result["compaction_p50_difference_ms"] = round(model_ms - heuristic_ms, 2)
-    tables = [
-        *memory_tables(result, turns),
-        offload_table(result, calls),
-        Table(
-            title=f"Model calls per stage ({args.model}; fallbacks: items the heuristic did after an invalid reply)",
-            columns=[
-                "stage",
-                "engine",
-                "calls",
-                "valid 1st try",
-                "valid after repair",
-                "fallbacks",
-                "tokens in / out per call",
-                "mean s",
-                "p50 s",
-                "p99 s",
-                "tokens/s",
-            ],
-            rows=stage_rows("model", usage),
-        ),
-    ]
+    if model is not None:
+        heuristic_ms, model_ms = (result["offload"][e]["compaction_p50_ms"] for e in ENGINES)
+        result["compaction_p50_difference_ms"] = round(model_ms - heuristic_ms, 2)
+    tables = [*memory_tables(result, turns), offload_table(result, calls)]
+    if model is not None:  # the smoke run loads none: no model calls to tabulate
+        tables.append(
+            Table(
+                title=f"Model calls per stage ({args.model}; fallbacks: items the heuristic did after an invalid "
+                "reply)",
+                columns=[
+                    "stage",
+                    "engine",
+                    "calls",
+                    "valid 1st try",
+                    "valid after repair",
+                    "fallbacks",
+                    "tokens in / out per call",
+                    "mean s",
+                    "p50 s",
+                    "p99 s",
+                    "tokens/s",
+                ],
+                rows=stage_rows("model", usage),
+            )
+        )
     suffix = f"{args.model}{'-quick' if args.quick else ''}"
     notes = [
         "R@10 atoms: bench/locomo_recall.py's evaluate() on the sample's questions (categories 1-4, all evidence in "
@@ -594,7 +606,14 @@ def main() -> None:
         "after the last one, not concurrently, so the CPU the model would take from a compaction is not measured.",
         "Prompts: " + ", ".join(f"{k} {v}" for k, v in result["prompts"].items()) + ".",
     ]
-    run.finish(tables, result, ROOT / "bench" / "results" / f"model_engine-{suffix}.json", notes=notes)
+    out = (
+        Path(args.out)
+        if args.out
+        else smoke_out("model_engine")
+        if args.smoke
+        else RESULTS / f"model_engine-{suffix}.json"
+    )
+    run.finish(tables, result, out, notes=notes)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ Mermaid parser), and what the canvases keep:
 * ``tool_call_coverage``: of the calls compaction saw inside a long task, the share on exactly one canvas node.
 
 Writes ``bench/results/offload.json`` (``offload-quick.json`` with ``--quick``).
-Usage: ``python bench/offload.py [--quick] [--per-session 10]``.
+Usage: ``python bench/offload.py [--quick] [--per-session 10]``; ``--smoke --out PATH`` runs in seconds (the tests).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.report import Run, Table  # noqa: E402
+from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
 from mnemoflow.offload.boundary import canvas_for_seq  # noqa: E402
 from mnemoflow.offload.canvas import from_mermaid, validate_mermaid
 from mnemoflow.offload.config import OffloadConfig
@@ -384,6 +384,7 @@ def merge(results: list[dict]) -> dict[str, object]:
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="5 trajectories per set, one chained session")
+    ap.add_argument("--smoke", action="store_true", help="the first trajectory of each set, the 32k window (the tests)")
     ap.add_argument("--per-session", type=int, default=10)
     ap.add_argument("--out", help="default bench/results/offload.json (offload-quick.json with --quick)")
     ap.add_argument("--config", default="{}", help="OffloadConfig overrides as JSON, e.g. '{\"stub_batch\": 4}'")
@@ -401,11 +402,11 @@ async def main() -> None:
     }
     for set_name in SETS:
         trajs = load(set_name)
-        per = 5 if args.quick else args.per_session
-        trajs = trajs[:5] if args.quick else trajs
+        per = 1 if args.smoke else 5 if args.quick else args.per_session
+        trajs = trajs[:per] if args.smoke or args.quick else trajs
         sessions = [trajs[i : i + per] for i in range(0, len(trajs), per)]
         by_window: dict[str, dict[str, object]] = {}
-        for wname, window in WINDOWS.items():
+        for wname, window in list(WINDOWS.items())[: 1 if args.smoke else None]:
             t0 = time.perf_counter()
             chained = merge(
                 [await replay(chain(s), window, f"{set_name}-{wname}-c{j}") for j, s in enumerate(sessions)]
@@ -424,7 +425,9 @@ async def main() -> None:
     out = (
         Path(args.out)
         if args.out
-        else Path(__file__).parent / "results" / f"offload{'-quick' if args.quick else ''}.json"
+        else smoke_out("offload")
+        if args.smoke
+        else RESULTS / f"offload{'-quick' if args.quick else ''}.json"
     )
     run.finish(tables(report), report, out)
 

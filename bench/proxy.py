@@ -20,7 +20,8 @@ index.
   also timed on both paths, one right after the other: ``added_ms_per_step`` is what an agent loop of real
   trajectories waits for the proxy (arrays growing to the window, a new tool result captured at every step).
 
-Writes ``bench/results/proxy.json`` (``proxy-quick.json`` with ``--quick``). Usage: ``python bench/proxy.py [--quick]``.
+Writes ``bench/results/proxy.json`` (``proxy-quick.json`` with ``--quick``). Usage: ``python bench/proxy.py [--quick]``;
+``--smoke --out PATH``: 20 turns seeded, 2 requests per kind, 4 steps of one trajectory (the tests).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.report import Run, Table  # noqa: E402
+from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
 from mnemoflow.cli.stack import Stack  # noqa: E402
 from mnemoflow.client import Client  # noqa: E402
 from mnemoflow.config import Settings  # noqa: E402
@@ -172,7 +173,8 @@ def latency(api_url: str, stub: str, requests: list[list[dict]], sessions: str =
     return out
 
 
-def trajectory_tokens(api_url: str, stub: str, count: int, window: int) -> dict[str, Any]:
+def trajectory_tokens(api_url: str, stub: str, count: int, window: int, steps: int | None = None) -> dict[str, Any]:
+    """``steps``: at most this many assistant steps of each trajectory (None: all)."""
     trajs = loaders().load_trajectories(str(EVAL / "trajectories" / "openhands_swebench_verified"))[:count]
     direct = proxied = requests = 0
     peak = 0
@@ -188,9 +190,8 @@ def trajectory_tokens(api_url: str, stub: str, count: int, window: int) -> dict[
                 "X-Mnemoflow-Session": f"traj-{k}",
                 "X-Mnemoflow-Window": str(window),
             }
-            for i, m in enumerate(traj):
-                if m["role"] != "assistant":
-                    continue
+            asked = [i for i, m in enumerate(traj) if m["role"] == "assistant"][:steps]
+            for i in asked:
                 body = {"model": "stub", "messages": traj[:i], "max_tokens": 512}
                 start = time.perf_counter()
                 raw = http.post(f"{stub}/v1/chat/completions", json=body).json()["usage"]["prompt_tokens"]
@@ -226,8 +227,10 @@ def main() -> None:
     parser.add_argument("--upstream-ms", type=float, default=50.0, help="the stub's fixed answer time")
     parser.add_argument("--window", type=int, default=32_000)
     parser.add_argument("--embedder", choices=("e5", "minilm"), default="e5", help="the recaller's query embedder")
+    parser.add_argument("--smoke", action="store_true", help="20 turns seeded, 2 requests, 4 agent steps (the tests)")
+    parser.add_argument("--out", help="default bench/results/proxy.json (proxy-quick.json with --quick)")
     args = parser.parse_args()
-    n_requests, n_trajs = (20, 3) if args.quick else (60, 10)
+    n_requests, n_trajs = (2, 1) if args.smoke else (20, 3) if args.quick else (60, 10)
     stub_proc, stub = start_stub(args.upstream_ms)
     data = Path(tempfile.mkdtemp(prefix="mnemoflow-bench-proxy-"))
     settings = Settings(
@@ -248,11 +251,11 @@ def main() -> None:
         stack.start()
         api_url = stack.info.api_url
         with Client(api_url, KEY) as api:
-            atoms = seed_memory(api, 200)
+            atoms = seed_memory(api, 20 if args.smoke else 200)
         warm = twenty_message_requests(3)
         latency(api_url, stub, warm, "warm")  # the recaller loads its model on first use: not part of the measure
         lat = latency(api_url, stub, twenty_message_requests(n_requests + 3)[3:])
-        tokens = trajectory_tokens(api_url, stub, n_trajs, args.window)
+        tokens = trajectory_tokens(api_url, stub, n_trajs, args.window, steps=4 if args.smoke else None)
     finally:
         stack.stop()
         stop_process(stub_proc, 10)
@@ -307,7 +310,8 @@ def main() -> None:
             rows=saved,
         ),
     ]
-    out = ROOT / "bench" / "results" / f"proxy{'-quick' if args.quick else ''}.json"
+    out = RESULTS / f"proxy{'-quick' if args.quick else ''}.json"
+    out = Path(args.out) if args.out else smoke_out("proxy") if args.smoke else out
     run.finish(tables, result, out, notes=notes)
 
 

@@ -14,6 +14,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from datetime import UTC, datetime
@@ -26,6 +27,13 @@ from rich.table import Table as RichTable
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
+
+
+def smoke_out(benchmark: str) -> Path:
+    """Where a ``--smoke`` run writes when not given ``--out``: the temp folder, never ``bench/results/``. A smoke
+    run (tiny data, few iterations; what the tests run so that no benchmark rots) says that the benchmark runs, not
+    what it measures, so it must not replace a published result."""
+    return Path(tempfile.gettempdir()) / f"mnemoflow-bench-{benchmark}-smoke.json"
 
 
 class Table(BaseModel):

@@ -1,6 +1,7 @@
 """Scaling benchmark on the local cluster (tests/cluster.py): what adding processes adds, on this host's cores.
 
     python bench/scale.py [--quick]
+    python bench/scale.py --smoke --out /tmp/scale.json   # tiny phases on the same cluster: that it runs
 
 One cluster (Apache Kafka, Milvus Lite server, two Ray nodes, three Faust workers, two api and two extractor
 replicas) serves three measurements in the same run:
@@ -40,13 +41,12 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_worker_niceness", "0")
 
 from bench.ingest import produce  # noqa: E402
-from bench.report import Run, Table  # noqa: E402
+from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
 from mnemoflow.config import TOPIC_TURNS, WORKER_GROUP  # noqa: E402
 from mnemoflow.events import TurnEvent  # noqa: E402
 from tests.cluster import TENANT, ClusterShape, LocalCluster  # noqa: E402
@@ -407,11 +407,14 @@ def recovery_node_kill(c: LocalCluster) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller backlog and fewer jobs (< 5 minutes)")
+    parser.add_argument("--smoke", action="store_true", help="600 events, 2 jobs, 2 s of recall per phase")
+    parser.add_argument("--out", help="default bench/results/scale.json (scale-quick.json with --quick)")
     args = parser.parse_args()
-    backlog = 30_000 if args.quick else 60_000  # produced while the workers are frozen: well under the timeout
-    jobs = 16 if args.quick else 64
-    recall_s = 10.0 if args.quick else 60.0
-    watch_s = 12.0 if args.quick else 30.0
+    # The backlog is produced while the workers are frozen: well under the timeout.
+    backlog = 600 if args.smoke else 30_000 if args.quick else 60_000
+    jobs = 2 if args.smoke else 16 if args.quick else 64
+    recall_s = 2.0 if args.smoke else 10.0 if args.quick else 60.0
+    watch_s = 3.0 if args.smoke else 12.0 if args.quick else 30.0
     texts, questions = locomo()
     started = time.perf_counter()
     run = Run("scale", "Scale-out on one host: what adding workers and replicas adds, and recovery from faults")
@@ -459,8 +462,10 @@ def main() -> None:
         "cluster_start_s": up_s,
         "worker_session_timeout_s": settings["worker_session_timeout"],
         "quick": args.quick,
+        "smoke": args.smoke,
     }
-    out = ROOT / "bench" / "results" / f"scale{'-quick' if args.quick else ''}.json"
+    out = RESULTS / f"scale{'-quick' if args.quick else ''}.json"
+    out = Path(args.out) if args.out else smoke_out("scale") if args.smoke else out
     run.finish(tables(results), results, out)
 
 

@@ -12,7 +12,8 @@ its processes start), one client, keep-alive, after a warm-up:
                   only with ``--haproxy PATH`` (HAProxy is a Debian package, not a Python one). Ray 2.60's
                   HAProxy configuration binds its stats and metrics listeners on every interface.
 
-Writes ``bench/results/serve_ingress.json``. Usage: ``python bench/serve_ingress.py [--haproxy PATH] [-n 300]``.
+Writes ``bench/results/serve_ingress.json``. Usage: ``python bench/serve_ingress.py [--haproxy PATH] [-n 300]``;
+``--smoke --out PATH``: 10 requests per kind, that it runs (the tests).
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.proxy import pct  # noqa: E402  (the same percentile as the proxy benchmark it explains)
+from bench.report import RESULTS, smoke_out  # noqa: E402
 from streams.broker import free_port  # noqa: E402
 
 REPLICA = """
 import json, os, sys, time
-import httpx, ray
-from mnemoflow.cli.stack import wait_live
+from mnemoflow.cli.stack import start_local_ray, wait_live
+start_local_ray("serve-ingress")  # before ray is imported: a one-machine Ray on loopback, as the stack starts it
+import httpx
 from fastapi import FastAPI
 from ray import serve
 
@@ -47,7 +50,6 @@ class Live:
         return "ok"
 
 port, direct_port, n = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
 serve.start(http_options={"host": "127.0.0.1", "port": port})
 serve.run(Live.bind(), route_prefix="/")
 root = f"http://127.0.0.1:{direct_port if os.environ.get('DIRECT_ONLY') else port}"
@@ -67,8 +69,9 @@ print(json.dumps(ms))
 
 def run(kind: str, n: int, haproxy: str | None) -> list[float]:
     port, direct_port = free_port("127.0.0.1"), free_port("127.0.0.1")
-    # One-machine Ray on loopback, with its workers at nice 0 as the stack runs them (Ray's default is nice 15).
-    env = {**os.environ, "RAY_ENABLE_RAY_CLUSTER": "0", "RAY_AUTH_MODE": "disabled", "RAY_worker_niceness": "0"}
+    # Ray's workers at nice 0 as the stack runs them (Ray's default is nice 15); the replica's start_local_ray
+    # keeps its Ray a one-machine install on loopback.
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_worker_niceness": "0"}
     if kind in ("direct", "haproxy"):
         env |= {
             "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
@@ -102,8 +105,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=300, help="timed requests per kind")
     ap.add_argument("--haproxy", help="HAProxy binary: also measure Serve's HAProxy mode")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "serve_ingress.json"))
+    ap.add_argument("--smoke", action="store_true", help="10 requests per kind (the tests)")
+    ap.add_argument("--out", help="default bench/results/serve_ingress.json (with --smoke, the temp folder)")
     args = ap.parse_args()
+    if args.smoke:
+        args.n = 10
+    out_path = (
+        Path(args.out) if args.out else smoke_out("serve_ingress") if args.smoke else RESULTS / "serve_ingress.json"
+    )
     kinds = ["proxy", "direct"] + (["haproxy"] if args.haproxy else [])
     out: dict[str, object] = {"requests": args.n, "load_average": list(os.getloadavg())}
     print(f"{'ingress':10} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8}")
@@ -112,7 +121,8 @@ def main() -> None:
         row = {"p50": round(pct(ms, 0.5), 2), "p90": round(pct(ms, 0.9), 2), "p99": round(pct(ms, 0.99), 2)}
         out[kind] = row
         print(f"{kind:10} {row['p50']:8.2f} {row['p90']:8.2f} {row['p99']:8.2f}")
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(out, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ texts drawn from a Zipf-like vocabulary, then times ``search`` (hybrid, RRF as r
 user, plus dense-only and BM25-only for reference. Query embedding is not included: vectors are given.
 
     python bench/store_latency.py --quick
+    python bench/store_latency.py --smoke --out /tmp/store_latency.json   # seconds: that it runs, not a figure
     python bench/store_latency.py --atoms 100000 --users 1000 --backends sqlite,milvus
 
 Prints a table and writes ``bench/results/store_latency.json`` (``-quick`` with ``--quick``).
@@ -27,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.report import Run, Table  # noqa: E402
+from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
 from mnemoflow.index import InMemoryVectorStore  # noqa: E402
 from mnemoflow.ports.vectors import ATOM_TYPES, AtomRow, VectorStore
 
@@ -151,10 +152,13 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--backends", default="sqlite,milvus", help="comma list of memory,sqlite,milvus,milvus_client")
     ap.add_argument("--quick", action="store_true", help="2,000 atoms / 20 users / 100 queries, all backends")
+    ap.add_argument("--smoke", action="store_true", help="300 atoms / 5 users / 10 queries, all backends (the tests)")
     ap.add_argument("--out", help="default bench/results/store_latency.json (store_latency-quick.json with --quick)")
     args = ap.parse_args()
     if args.quick:
         args.atoms, args.users, args.queries, args.backends = 2_000, 20, 100, "memory,sqlite,milvus"
+    if args.smoke:
+        args.atoms, args.users, args.queries, args.warmup, args.backends = 300, 5, 10, 2, "memory,sqlite,milvus"
     run = Run("store_latency", f"Per-user hybrid search latency at {args.atoms:,} atoms over {args.users:,} users")
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="mnemoflow-bench-") as tmp:
@@ -177,7 +181,8 @@ def main() -> None:
         "results": results,
     }
     title = f"{args.atoms:,} atoms, {args.users:,} users, dim {args.dim}, k={args.k}, {args.queries} queries"
-    default = Path(__file__).parent / "results" / f"store_latency{'-quick' if args.quick else ''}.json"
+    default = RESULTS / f"store_latency{'-quick' if args.quick else ''}.json"
+    default = smoke_out("store_latency") if args.smoke else default
     run.finish([Table(title=title, columns=columns, rows=rows)], out, Path(args.out) if args.out else default)
 
 

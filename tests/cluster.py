@@ -140,6 +140,9 @@ class LocalCluster:
     def _start_ray(self) -> str:
         """Two raylets on this host. Node liveness is checked every second (3 misses: dead), so that a killed node
         is declared dead in seconds, not Ray's default half minute."""
+        from mnemoflow.cli.stack import one_machine_ray
+
+        one_machine_ray()  # before ray is imported: both nodes on loopback
         import ray
         from ray.cluster_utils import Cluster
 

@@ -108,9 +108,7 @@ class Stack:
 
     def _start_ray(self) -> str:
         if not self.settings.ray_address:
-            # A one-machine Ray on loopback: without this, Ray swaps 127.0.0.1 for the machine's routable address
-            # and its servers listen on every interface (read when ray is imported, and by Ray's own processes).
-            os.environ.setdefault(LOCAL_RAY_ENV, "0")
+            one_machine_ray()
         import ray
 
         # Token auth (Ray 2.60's default) guards the cluster shape, where Ray is reachable from other hosts; the
@@ -335,6 +333,21 @@ def _keep_signal_handlers() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def one_machine_ray() -> None:
+    """Make the Ray this process starts a one-machine install on loopback: call it before ray is imported.
+
+    Without ``LOCAL_RAY_ENV=0`` Ray swaps 127.0.0.1 for the machine's routable address and its servers listen on
+    every interface. Ray reads the variable once, when it is imported (its own processes inherit it), so a ray
+    imported before the variable was set is refused here rather than started listening everywhere. Whatever starts
+    a local Ray calls this first: :func:`start_local_ray`, the stack, the two-node cluster of ``tests/cluster.py``.
+    """
+    os.environ.setdefault(LOCAL_RAY_ENV, "0")
+    from ray._private import ray_constants
+
+    if ray_constants.ENABLE_RAY_CLUSTER:  # ray was imported before the environment said "one machine"
+        raise ServiceUnavailable(f"set {LOCAL_RAY_ENV}=0 before importing ray, or Ray listens on every interface")
+
+
 def start_local_ray(namespace: str, attempts: int = 4) -> None:
     """Start a one-machine Ray on loopback (2 CPUs, no dashboard, a 100 MB object store), retrying a failed start.
 
@@ -342,12 +355,9 @@ def start_local_ray(namespace: str, attempts: int = 4) -> None:
     out during startup", a bare ``Exception``), and right after another local Ray shut down the new GCS server
     occasionally never reports its port; a later start works, so each failure is cleaned up and retried.
     """
-    os.environ.setdefault(LOCAL_RAY_ENV, "0")
+    one_machine_ray()
     import ray
-    from ray._private import ray_constants
 
-    if ray_constants.ENABLE_RAY_CLUSTER:  # ray was imported before the environment said "one machine"
-        raise ServiceUnavailable(f"set {LOCAL_RAY_ENV}=0 before importing ray, or Ray listens on every interface")
     for attempt in range(1, attempts + 1):
         try:
             ray.init(

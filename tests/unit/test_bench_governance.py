@@ -1,5 +1,5 @@
-"""Smoke test of bench/governance.py: a small run (hashing embedder) gives the fields the issue names, an erase
-with no residue, and recall that agrees after import and reindex."""
+"""Smoke run of bench/governance.py (``--quick``: 500 atoms, hashing embedder, as a script writing to a temporary
+path): the fields the issue names, an erase with no residue, and recall that agrees after import and reindex."""
 
 from __future__ import annotations
 
@@ -7,15 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from bench import governance
+from tests.bench_smoke import EVAL, check_report, run_bench
 
 
 def test_a_quick_run_reports_every_field(tmp_path: Path) -> None:
-    if not governance.EVAL.exists():
+    if not (EVAL / "locomo" / "locomo-dev.json").exists():
         pytest.skip("LoCoMo data not found")
-    out = governance.run(atoms=300, days=5, embedder_name="hashing", workdir=tmp_path)
+    out = run_bench("governance", "--quick", out=tmp_path / "governance.json")
+    check_report(out, "governance", {"erase_result", "recall_agreement", "others_untouched"})
     for field in ("erase_s", "export_atoms_per_s", "import_atoms_per_s", "reindex_atoms_per_s"):
         assert out[field] > 0, field
     assert out["recall_agreement"] == {"import": 1.0, "reindex": 1.0}
     assert out["residue_bytes_after_erase"] == 0 and out["residue_files"] == []
-    assert out["erase_result"]["index_rows_removed"] == 300 and all(out["others_untouched"].values())
+    assert out["erase_result"]["index_rows_removed"] == 500 and all(out["others_untouched"].values())
