@@ -16,7 +16,7 @@ atoms p50 <= 15 ms and p99 <= 40 ms.
 
     python bench/recall_scale.py --quick                          # 10^4 atoms, 100 users, both backends: seconds
     nice -n 10 python bench/recall_scale.py                       # 10^5 and 10^6: hours on 2 cores
-    python bench/recall_scale.py --sizes 1000000 --backends sqlite --out /tmp/recall_scale-1e6.json
+    python bench/recall_scale.py --sizes 1000000 --backends sqlite --keep /tmp/ix --out /tmp/recall_scale-1e6.json
 
 Prints a table and writes ``bench/results/recall_scale.json`` (``-quick`` with ``--quick``).
 """
@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -221,12 +221,12 @@ COLUMNS = [
 ]
 
 
-def check_disk(root: Path, sizes: Sequence[int]) -> None:
-    """Stop before building what the temp dir cannot hold (one backend's index at a time: each is removed after
-    its measurement)."""
-    need, free = max(sizes) * BYTES_PER_ATOM, shutil.disk_usage(root).free
+def check_disk(root: Path, sizes: Sequence[int], backends: int, keep: bool) -> None:
+    """Stop before building what ``root`` cannot hold: one index at a time (each is removed once measured), or
+    every index with ``--keep``."""
+    need, free = (sum(sizes) * backends if keep else max(sizes)) * BYTES_PER_ATOM, shutil.disk_usage(root).free
     if free < need * 1.2:
-        raise SystemExit(f"{root} has {mib(free):,.0f} MiB free; the largest index needs about {mib(need):,.0f} MiB")
+        raise SystemExit(f"{root} has {mib(free):,.0f} MiB free; the indexes need about {mib(need):,.0f} MiB")
 
 
 def main() -> None:
@@ -235,6 +235,7 @@ def main() -> None:
     ap.add_argument("--backends", default="sqlite,milvus", help="comma list of sqlite,milvus")
     ap.add_argument("--queries", type=int, help="timed queries per index, after 20 of warm-up (default 500)")
     ap.add_argument("--quick", action="store_true", help="10,000 atoms, 100 users, 100 queries unless given")
+    ap.add_argument("--keep", metavar="DIR", help="build under DIR and keep the indexes (default: a temp dir)")
     ap.add_argument("--out", help="default bench/results/recall_scale.json (recall_scale-quick.json with --quick)")
     args = ap.parse_args()
     args.sizes = args.sizes or ("10000" if args.quick else "100000,1000000")
@@ -242,16 +243,20 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     backends = args.backends.split(",")
     console = Console()
-    run = Run("recall_scale", f"Server-side recall at {', '.join(f'{s:,}' for s in sizes)} atoms, SQLite and Milvus")
+    scale = " and ".join(f"{s:,}" for s in sizes)
+    run = Run("recall_scale", f"Server-side recall at {scale} atoms: {', '.join(backends)}")
     results: dict[str, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory(prefix="mnemoflow-recall-scale-") as tmp:
-        check_disk(Path(tmp), sizes)
+    workspace = nullcontext(args.keep) if args.keep else tempfile.TemporaryDirectory(prefix="mnemoflow-recall-scale-")
+    with workspace as tmp:
+        Path(tmp).mkdir(parents=True, exist_ok=True)
+        check_disk(Path(tmp), sizes, len(backends), bool(args.keep))
         for atoms in sizes:
             for name in backends:
                 workdir = Path(tmp) / f"{name}-{atoms}"
-                workdir.mkdir()
+                workdir.mkdir(parents=True)
                 result = measure(name, atoms, args.queries, workdir, console)
-                shutil.rmtree(workdir)
+                if not args.keep:
+                    shutil.rmtree(workdir)
                 results.setdefault(str(atoms), {})[name] = result
                 print(f"{name}, {atoms:,} atoms: {json.dumps(result)}", flush=True)  # kept if a later size is killed
     rows = [row(name, r) for by_backend in results.values() for name, r in by_backend.items()]
