@@ -62,9 +62,9 @@ DEPTH = candidate_depth(max(RECALL.k, RECALL.boost_depth), 50)
 """How deep each half is searched inside the hybrid (the boosts widen k to ``boost_depth``; the stores' default
 ``candidates`` is 50): the halves are timed alone at this depth."""
 TARGET = {"atoms": 1_000_000, "p50_ms": 15.0, "p99_ms": 40.0}
-BYTES_PER_ATOM = 4_000
+BYTES_PER_ATOM = 4_500
 """Disk a built atom takes at most, both backends (SQLite keeps the vector twice, in ``atoms`` and ``atoms_vec``:
-about 3.3 kB an atom here), so that a run that cannot fit stops before it builds."""
+4.15 kB an atom at 10^6), so that a run that cannot fit stops before it builds."""
 
 Query = tuple[str, str, list[float]]
 
