@@ -54,7 +54,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.recall_scale import WARMUP, recall_ms  # noqa: E402
 from bench.report import Run, Table  # noqa: E402
+from bench.store_latency import Corpus  # noqa: E402
 from mnemoflow.config import Settings  # noqa: E402
 from mnemoflow.embedding.factory import build_embedder
 from mnemoflow.events import TurnEvent
@@ -439,19 +441,13 @@ def evaluate(
 
 
 def latency(n_atoms: int, n_users: int, queries: int, workdir: Path) -> dict[str, Any]:
-    """Server-side recall (hybrid search + rendering, no query embedding) at ``n_atoms`` synthetic atoms."""
-    corpus_mod = load_module(ROOT / "bench" / "store_latency.py", "store_latency_bench")
-    corpus = corpus_mod.Corpus(n_atoms, n_users, 384)
+    """Server-side recall (hybrid search + rendering, no query embedding) at ``n_atoms`` synthetic atoms: the SQLite
+    case of ``bench/recall_scale.py``, which also times Milvus, 10^6 atoms and the index build."""
+    corpus = Corpus(n_atoms, n_users, 384)
     store = SqliteVectorStore.open(str(workdir / "latency.sqlite"), dim=384, embedding_model="synthetic-384")
     for batch in corpus.batches():
         store.upsert(batch)
-    recaller = Recaller(store=store, embedder=None, files=LocalFileStore(workdir / "files"))  # type: ignore[arg-type]
-    ms = []
-    for i, (user, text, vec) in enumerate(corpus.queries(queries + 20)):
-        t0 = time.perf_counter()
-        recaller.recall_sync("bench", user, text, vec, RECIPES["hybrid_rrf"].model_copy(update={"k": 10}))
-        if i >= 20:
-            ms.append((time.perf_counter() - t0) * 1000)
+    ms = recall_ms(store, corpus.queries(queries + WARMUP), workdir / "files")
     store.close()
     q = np.percentile(ms, [50, 99])
     return {
