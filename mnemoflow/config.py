@@ -94,6 +94,11 @@ class AgentKey(BaseModel):
         return self
 
 
+def default_models_dir() -> Path:
+    """Where models and built model files are kept unless configured: outside any checkout."""
+    return Path.home() / ".cache" / "mnemoflow-models"
+
+
 class Settings(BaseSettings):
     """Every endpoint and size of a mnemoflow deployment."""
 
@@ -250,7 +255,7 @@ class Settings(BaseSettings):
         "in models_dir. Sets llm_engine and llm_model_path; None: those two as given.",
     )
     models_dir: Path = Field(
-        default_factory=lambda: Path.home() / ".cache" / "mnemoflow-models",
+        default_factory=default_models_dir,
         description="Where fetched models are kept (outside any checkout, so a fresh clone does not fetch again).",
     )
     llm_engine: Literal["heuristic", "openai", "llama_cpp", "vllm"] = Field(

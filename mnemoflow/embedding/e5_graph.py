@@ -202,9 +202,7 @@ def embeddings(weights: E5Weights, batch: list[list[int]]) -> tuple[Floats, Floa
     for row, row_ids in enumerate(batch):
         ids[row, : len(row_ids)] = row_ids
         mask[row, : len(row_ids)] = 1.0
-    position = weights.floats("emb.pos").reshape(-1, weights.hidden)[:width]
-    token_type = weights.floats("emb.type")[: weights.hidden]
-    emb = weights.word_rows(ids) + position[None] + token_type
+    emb = weights.word_rows(ids) + weights.positions[None, :width] + weights.token_type
     return (emb * mask[:, :, None]).astype(np.float32), mask
 
 
@@ -216,7 +214,7 @@ def _calibrate(weights: E5Weights, layers: list[_Layer]) -> dict[str, Floats]:
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(_CALIBRATION_SEED)
     vocabulary = weights.vocabulary
-    specials = {vocabulary.bos, vocabulary.eos, vocabulary.unk, 1}
+    specials = {vocabulary.bos, vocabulary.eos, vocabulary.unk, vocabulary.pad}
     ordinary = np.array([i for i in range(len(vocabulary.pieces)) if i not in specials])
     batch = [
         [vocabulary.bos, *rng.choice(ordinary, size=int(rng.integers(6, 64))).tolist(), vocabulary.eos]

@@ -37,6 +37,7 @@ class Vocabulary:
     scores: npt.NDArray[np.float32]
     bos: int
     eos: int
+    pad: int
     unk: int
     normalise: dict[int, str]
     """codepoint -> replacement (possibly empty), for :meth:`str.translate`."""
@@ -76,10 +77,13 @@ class E5Weights:
         off += 36
         self.vocabulary, off = self._read_vocabulary(off)
         self._tensors = self._read_directory(off)
+        # Read once: every batch adds them (the position table is 768 KB, copied out of the map on each read).
+        self.positions = self.floats("emb.pos").reshape(-1, self.hidden)
+        self.token_type = self.floats("emb.type")[: self.hidden]
 
     def _read_vocabulary(self, off: int) -> tuple[Vocabulary, int]:
         buf = self._buf
-        n, bos, eos, _pad, unk = struct.unpack_from("<5i", buf, off)
+        n, bos, eos, pad, unk = struct.unpack_from("<5i", buf, off)
         (blob_len,) = struct.unpack_from("<Q", buf, off + 20)
         off += 28
         offsets = np.frombuffer(buf, dtype="<u4", count=n + 1, offset=off).astype(np.int64)
@@ -100,7 +104,7 @@ class E5Weights:
             count = raw[at + 4]
             normalise[cp] = "".join(map(chr, struct.unpack_from(f"<{count}I", raw, at + 5)))
             at += 5 + 4 * count
-        return Vocabulary(pieces, scores, bos, eos, unk, normalise), off
+        return Vocabulary(pieces, scores, bos, eos, pad, unk, normalise), off
 
     def _read_directory(self, off: int) -> dict[str, tuple[int, int, int]]:
         buf = self._buf

@@ -223,6 +223,9 @@ class Recaller:
             timed_out = False
         except TimeoutError:
             timed_out = True
+        except BaseException:
+            contexts.cancel()  # a failed search answers nothing; its persona read is not waited for
+            raise
         elapsed = (time.perf_counter() - start) * 1000
         return self._rendered(hits, await contexts, cfg, timed_out, degraded, elapsed)
 
