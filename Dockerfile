@@ -24,10 +24,11 @@ COPY streams streams
 COPY actors actors
 COPY serving serving
 # The same script `make install` runs (and so CI, on every run); no llama.cpp: the cluster calls vLLM or an
-# OpenAI-compatible server.
+# OpenAI-compatible server. The o200k vocabulary is written into the image (the root filesystem is read-only).
 RUN PYTHON=python VENV=/opt/mnemoflow EXTRAS=runtime,embed,sqlite,milvus EDITABLE=0 \
     CONSTRAINTS=tools/constraints-cluster.txt bash tools/install.sh \
- && /opt/mnemoflow/bin/python -c "import serving.builder, streams.worker, ray; print('ray', ray.__version__)"
+ && /opt/mnemoflow/bin/python -c "import serving.builder, streams.worker, ray; print('ray', ray.__version__)" \
+ && /opt/mnemoflow/bin/python -m mnemoflow.tokens --write-vocabulary /opt/mnemoflow/tiktoken
 
 # --- final: the venv and a non-root user, no compilers ------------------------------------------------------
 FROM python:${PYTHON_VERSION}-slim-${DEBIAN}
@@ -44,6 +45,7 @@ ENV PATH=/opt/mnemoflow/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     HOME=/home/mnemoflow \
     MNEMOFLOW_DATA_DIR=/data \
+    TIKTOKEN_CACHE_DIR=/opt/mnemoflow/tiktoken \
     RAY_USAGE_STATS_ENABLED=0
 USER 10001:10001
 WORKDIR /home/mnemoflow

@@ -75,7 +75,7 @@ class SessionShard:
         self._refined = RefineReport()
         self._refine_dropped = 0
         self._metrics = ShardMetrics(index)
-        # Every compaction counts tokens: the vocabulary (~0.5-1 s of CPU, ~135 MB) loads with the shard, or the
+        # Every compaction counts tokens: the vocabulary (~0.5-1 s of CPU, ~80 MB) loads with the shard, or the
         # first request each shard serves after a start pays for it (the proxy bench's slowest first request: 942
         # ms, all of it compaction in a shard the warm-up had not reached).
         load_tokenizer()

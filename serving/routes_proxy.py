@@ -110,7 +110,7 @@ def proxy_router(deps: ApiDeps, gate: Any) -> APIRouter:
     Acting = Annotated[Caller, Depends(gate.caller)]
     if settings.proxy_upstream is not None:
         # each request counts its recall's tokens: the first one must not load the vocabulary; a replica with no
-        # upstream never proxies and does not hold it (~140 MB)
+        # upstream never proxies and does not hold it (~80 MB)
         load_tokenizer()
     captures = CaptureLog(LocalFileStore(settings.data_dir, fsync=False))  # a cache of ids: a loss costs a resend
     proxy = MemoryProxy(StackMemory(deps), captures, settings)
