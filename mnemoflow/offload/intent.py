@@ -60,7 +60,8 @@ class CallIntent:
     path: str | None = None
 
 
-def _arguments(raw: str) -> dict[str, object]:
+def call_arguments(raw: str) -> dict[str, object]:
+    """A call's JSON arguments as a dict; {} when they are not a JSON object."""
     try:
         parsed = json.loads(raw)
     except (TypeError, ValueError):
@@ -148,7 +149,7 @@ def strip_shell_prefix(command: str) -> str:
 
 def call_intent(tool_name: str, arguments: str) -> CallIntent:
     """The intent of one call (see the module docstring); ``target`` is a short description of what it touches."""
-    args = _arguments(arguments)
+    args = call_arguments(arguments)
     name = tool_name.lower()
     command = args.get("command") or args.get("cmd") or args.get("script")
     path = args.get("path") or args.get("file") or args.get("file_path") or args.get("filename")

@@ -67,6 +67,11 @@ class Layout:
     def session_state(cls, tenant: str, session: str) -> str:
         return f"{cls.session_dir(tenant, session)}/state.json"
 
+    @staticmethod
+    def skills_dir(tenant: str, agent: str | None = None) -> str:
+        """A tenant's skills (``shared``), or one agent's private ones (``agent/<agent>``)."""
+        return f"{check_id(tenant)}/skills/" + (f"agent/{check_id(agent)}" if agent else "shared")
+
 
 def users(files: FileStore, tenant: str | None = None) -> Iterator[tuple[str, str]]:
     """Every (tenant, user) with a folder under the data root (one tenant, or all of them)."""

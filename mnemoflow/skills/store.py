@@ -1,0 +1,70 @@
+"""Skill files: ``<tenant>/skills/shared/<name>.md`` or ``<tenant>/skills/agent/<agent>/<name>.md``, with every
+replaced version kept under ``history/<name>/v<N>.md`` beside them (an edit, by a pass or a person, never loses
+the text it replaced)."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from mnemoflow.errors import NotFound
+from mnemoflow.ports.files import FileStore
+from mnemoflow.skills.model import NAME_PATTERN, Skill, parse_skill, render_skill
+from mnemoflow.storage import Layout
+
+log = logging.getLogger(__name__)
+
+
+class SkillStore:
+    """The skills of one tenant, shared or private to ``agent``."""
+
+    def __init__(self, files: FileStore, tenant: str, agent: str | None = None) -> None:
+        self._files = files
+        self._dir = Layout.skills_dir(tenant, agent)
+
+    def _path(self, name: str) -> str:
+        return f"{self._dir}/{name}.md"
+
+    def names(self) -> list[str]:
+        return [n.removesuffix(".md") for n in self._files.list_dir(self._dir) if n.endswith(".md")]
+
+    def get(self, name: str) -> Skill:
+        """The skill ``name``; :class:`NotFound` if there is none."""
+        raw = self._files.read_bytes(self._path(name)) if _valid(name) else None
+        if raw is None:
+            raise NotFound(f"no skill named {name!r}")
+        return parse_skill(raw.decode("utf-8"))
+
+    def all(self) -> list[Skill]:
+        """Every readable skill, by name; a file a hand edit broke is logged and left out, not fatal."""
+        out = []
+        for name in self.names():
+            try:
+                out.append(self.get(name))
+            except ValueError as err:
+                log.warning("skill %s in %s is unreadable, left out: %s", name, self._dir, err)
+        return out
+
+    def put(self, skill: Skill) -> None:
+        """Write ``skill``; the version it replaces goes to its history first (both in one atomic write)."""
+        writes = {self._path(skill.name): render_skill(skill).encode()}
+        old = self._files.read_bytes(self._path(skill.name))
+        if old is not None:
+            previous = parse_skill(old.decode("utf-8")).version
+            writes[f"{self._dir}/history/{skill.name}/v{previous}.md"] = old
+        self._files.write_atomic_many(writes)
+
+    def history(self, name: str) -> list[int]:
+        """The versions kept of ``name``, oldest first."""
+        found = self._files.list_dir(f"{self._dir}/history/{name}") if _valid(name) else []
+        return sorted(int(n[1:-3]) for n in found if n.startswith("v") and n.endswith(".md"))
+
+    def delete(self, name: str) -> int:
+        """Remove ``name`` and its history; how many files went (0: there was no such skill)."""
+        if not _valid(name):
+            return 0
+        return self._files.remove(self._path(name)) + self._files.remove(f"{self._dir}/history/{name}")
+
+
+def _valid(name: str) -> bool:
+    return re.fullmatch(NAME_PATTERN, name) is not None

@@ -1,0 +1,240 @@
+"""Skills: distilled from a task the offload pipeline drew, stored with history, folded without duplicates, indexed
+within budget; English, Chinese and mixed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mnemoflow.errors import NotFound
+from mnemoflow.offload.entries import OffloadWriter, read_ref
+from mnemoflow.offload.messages import last_user
+from mnemoflow.offload.session import compact_session
+from mnemoflow.skills.distil import TaskTrace, code_area, distil, project_root
+from mnemoflow.skills.index import rank_skills, skills_index
+from mnemoflow.skills.learn import learn_session
+from mnemoflow.skills.merge import fold, lexical_similarity
+from mnemoflow.skills.model import NodeRef, Pitfall, Skill, SkillStep, parse_skill, render_skill
+from mnemoflow.skills.store import SkillStore
+from mnemoflow.skills.tasks import task_traces
+from mnemoflow.storage import LocalFileStore
+from mnemoflow.testing import ManualClock
+from mnemoflow.tokens import count_tokens
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+ROOT = "/work/proj"
+
+
+def _call(i: int, tool: str, **args: Any) -> dict[str, Any]:
+    return {"id": f"call_{i}", "type": "function", "function": {"name": tool, "arguments": json.dumps(args)}}
+
+
+def trajectory(request: str, fixed: bool = True) -> list[dict[str, Any]]:
+    """An agent fixing a bug: search, read, reproduce (fails), a failing pytest, edit, test (passes or not)."""
+    steps: list[tuple[dict[str, Any], str]] = [
+        (_call(1, "execute_bash", command=f"cd {ROOT} && grep -rn parse_date dateparse/"), "dateparse/core.py:10"),
+        (_call(2, "str_replace_editor", command="view", path=f"{ROOT}/dateparse/core.py"), "def parse_date(s):\n"),
+        (
+            _call(3, "execute_bash", command=f"cd {ROOT} && python reproduce.py"),
+            "Traceback (most recent call last):\nValueError: bad tz offset '+05:30'\n[exit code 1]",
+        ),
+        (
+            _call(4, "execute_bash", command=f"cd {ROOT} && pip install -e ."),
+            "Successfully installed dateparse\n[exit code 0]",
+        ),
+        (
+            _call(
+                5,
+                "str_replace_editor",
+                command="str_replace",
+                path=f"{ROOT}/dateparse/core.py",
+                old_str="a",
+                new_str="b",
+            ),
+            "The file has been edited.",
+        ),
+        (
+            _call(6, "execute_bash", command=f"cd {ROOT} && python -m pytest tests/test_core.py"),
+            "3 passed in 0.1s\n[exit code 0]"
+            if fixed
+            else "1 failed, 2 passed\nFAILED tests/test_core.py::t\n[exit code 1]",
+        ),
+    ]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
+    messages.append({"role": "user", "content": request})
+    for call, output in steps:
+        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
+    messages.append({"role": "assistant", "content": "Done."})
+    return messages
+
+
+async def _replay(files: LocalFileStore, session: str, messages: list[dict[str, Any]]) -> None:
+    clock, writer = ManualClock(NOW), OffloadWriter(files)
+    for i, m in enumerate(messages):
+        if m["role"] == "assistant" and last_user(messages[:i]) is not None:
+            await compact_session(files, "t", session, messages[:i], 32_000, clock=clock, writer=writer)
+            clock.advance(10)
+
+
+def replayed(tmp_path: Path, session: str, request: str, fixed: bool = True) -> LocalFileStore:
+    files = LocalFileStore(tmp_path)
+    asyncio.run(_replay(files, session, trajectory(request, fixed)))
+    return files
+
+
+def only_trace(files: LocalFileStore, session: str) -> TaskTrace:
+    traces = task_traces(files, "t", session)
+    assert len(traces) == 1
+    return traces[0]
+
+
+EN = "Fix the crash in dateparse.parse_date when the input has a timezone offset like +05:30."
+ZH = "修复 dateparse 解析带时区偏移（例如 +05:30）的日期时崩溃的问题。"
+
+
+@pytest.mark.parametrize("request_text", [EN, ZH], ids=["english", "chinese"])
+def test_a_verified_task_becomes_a_skill_that_drills_down(tmp_path: Path, request_text: str) -> None:
+    files = replayed(tmp_path, "s1", request_text)
+    trace = only_trace(files, "s1")
+    found = distil(trace, NOW)
+    assert found.succeeded, found.reason
+    skill = found.skill
+    assert skill is not None
+    assert skill.area == "dateparse"
+    assert skill.sources == ("s1#001",)
+    text = render_skill(skill)
+    assert "dateparse/core.py (str_replace)" in text  # the changed file, relative to the project root
+    assert "python -m pytest tests/test_core.py" in text  # the passing check
+    assert "pip install" in text and ROOT not in text
+    pitfall = next(p for p in skill.pitfalls if "ValueError" in p.text)
+    assert "python reproduce.py" in pitfall.text
+    # Drill-down: every step and pitfall names a node of the canvas whose calls' refs hold the raw outputs.
+    outputs = {m["tool_call_id"]: m["content"] for m in trajectory(request_text) if m["role"] == "tool"}
+    for ref in [s.source for s in skill.steps] + [p.source for p in skill.pitfalls]:
+        node = trace.canvas.node(ref.node_id)
+        assert node is not None and node.tool_call_ids
+        assert all(read_ref(files, "t", "s1", c) == outputs[c].encode() for c in node.tool_call_ids)
+    if request_text == ZH:
+        assert "## 步骤" in text and "## 适用场景" in text and "## 坑与教训" in text
+        assert skill.name.startswith("dateparse")
+    else:
+        assert "## Steps" in text and skill.name.startswith("dateparse")
+    assert parse_skill(text) == skill
+
+
+def test_an_unverified_task_is_not_a_skill_but_keeps_its_pitfalls(tmp_path: Path) -> None:
+    files = replayed(tmp_path, "s1", EN, fixed=False)
+    found = distil(only_trace(files, "s1"), NOW)
+    assert not found.succeeded and "last check failed" in found.reason
+    assert found.skill is not None and any("ValueError" in p.text for p in found.skill.pitfalls)
+
+
+def test_learning_twice_adds_nothing_and_a_similar_task_merges(tmp_path: Path) -> None:
+    files = replayed(tmp_path, "s1", EN)
+    asyncio.run(_replay(files, "s2", trajectory(EN.replace("+05:30", "-08:00"))))
+    asyncio.run(_replay(files, "s3", trajectory(EN, fixed=False)))
+    first = learn_session(files, "t", "s1", NOW)
+    assert [x.action for x in first] == ["store"]
+    assert [x.action for x in learn_session(files, "t", "s1", NOW)] == ["skip"]
+    merged = learn_session(files, "t", "s2", NOW + timedelta(days=1))
+    assert [x.action for x in merged] == ["merge"]
+    store = SkillStore(files, "t")
+    (skill,) = store.all()
+    assert skill.version == 2 and skill.sources == ("s1#001", "s2#001")
+    assert store.history(skill.name) == [1]
+    # A failed similar task may only add pitfalls it has that the skill lacks (here none): never a new skill.
+    assert [x.action for x in learn_session(files, "t", "s3", NOW)] in (["merge"], ["skip"])
+    assert len(store.names()) == 1
+    # Agent-private skills are their own set.
+    assert [x.action for x in learn_session(files, "t", "s1", NOW, agent="coder")] == ["store"]
+    assert SkillStore(files, "t", "coder").names() == store.names()
+
+
+def _skill(name: str, when: str, area: str = "", session: str = "s") -> Skill:
+    ref = NodeRef(session=session, node_id="001-N1")
+    return Skill(
+        name=name,
+        when_to_use=when,
+        area=area,
+        steps=(SkillStep(text="Edit: a.py (str_replace)", source=ref),),
+        pitfalls=(Pitfall(text="pytest → exit 1: ImportError", source=ref),),
+        sources=(f"{session}#001",),
+        created=NOW,
+        updated=NOW,
+    )
+
+
+def test_fold_stores_merges_and_never_duplicates() -> None:
+    a = _skill(
+        "django-admin-inlines", "add a ModelAdmin hook for inlines (django/contrib/admin)", "django/contrib/admin"
+    )
+    same_kind = _skill("django-admin-inlines", "add a ModelAdmin hook for inline forms", "django/contrib/admin", "s2")
+    other = _skill("sympy-simplify", "simplify trig expressions (sympy/simplify)", "sympy/simplify", "s3")
+    assert fold([a], a, NOW).action == "skip"
+    assert fold([a], same_kind, NOW).action == "merge"
+    stored = fold([a], other, NOW)
+    assert stored.action == "store" and stored.write is not None
+    clash = fold([a], _skill("django-admin-inlines", "sort the changelist by date", "django/contrib/admin", "s4"), NOW)
+    assert clash.action == "store" and clash.write is not None and clash.write.name == "django-admin-inlines-2"
+    assert fold([a], other, NOW, succeeded=False).action == "skip"
+    assert lexical_similarity(a, a) == 1.0
+
+
+def test_store_keeps_history_and_deletes(tmp_path: Path) -> None:
+    store = SkillStore(LocalFileStore(tmp_path), "t")
+    skill = _skill("x-skill", "when x")
+    store.put(skill)
+    store.put(skill.model_copy(update={"version": 2, "when_to_use": "when x, better"}))
+    assert store.get("x-skill").when_to_use == "when x, better"
+    assert store.history("x-skill") == [1]
+    assert store.delete("x-skill") == 2
+    with pytest.raises(NotFound):
+        store.get("x-skill")
+    with pytest.raises(NotFound):
+        store.get("../../etc/passwd")
+
+
+def test_index_fits_its_budget_and_is_stable() -> None:
+    skills = [
+        _skill(
+            f"proj{i % 7}-fix-{w}-handling",
+            f"Fix the {w} handling bug in module {i} of the project",
+            f"proj{i % 7}/mod",
+        )
+        for i, w in enumerate(["timezone", "unicode", "overflow", "sorting", "caching"] * 10)
+    ]
+    index = skills_index(skills)
+    assert count_tokens(index) <= 300
+    assert index == skills_index(list(reversed(skills)))  # the order of the input does not matter: byte-stable
+    small = skills_index(skills[:3])
+    assert "Fix the timezone handling" in small  # few skills: names with when-to-use
+    assert skills_index([]) == ""
+
+
+def test_rank_finds_the_skill_of_the_request() -> None:
+    skills = [
+        _skill(
+            "django-admin-inlines", "add a ModelAdmin get_inlines hook (django/contrib/admin)", "django/contrib/admin"
+        ),
+        _skill("sympy-trig", "simplify trigonometric expressions (sympy/simplify)", "sympy/simplify"),
+        _skill("dateparse-时区", "修复日期解析的时区问题 (dateparse)", "dateparse"),
+    ]
+    assert rank_skills("ModelAdmin inlines depend on the request", skills, 1)[0].name == "django-admin-inlines"
+    assert rank_skills("日期解析 时区 崩溃", skills, 1)[0].name == "dateparse-时区"
+
+
+def test_project_root_and_area() -> None:
+    checkout = "/workspace/django__django__3.0"
+    code = f"{checkout}/django/contrib/admin/options.py"
+    assert project_root([code, "/workspace/test_inlines.py"], [code]) == checkout  # loose scratch beside it
+    assert project_root([code, f"{checkout}/tests/admin/t.py"], [code]) == checkout  # a checkout's own folders
+    assert project_root([code], [code], [f"{checkout}/"]) == checkout  # where the agent cd-ed
+    assert project_root(["/r/reproduce.py", "/r/pkg/a.py"], ["/r/pkg/a.py"]) == "/r"  # a package is not a checkout
+    assert code_area(["django/contrib/admin/options.py", "django/contrib/admin/checks.py"]) == "django/contrib/admin"
+    assert code_area([]) == ""
