@@ -10,6 +10,8 @@ what the core already returns (a pass's ``L1RunResult``, the deduper's ``DedupSt
 from __future__ import annotations
 
 import time
+from collections import Counter as Tally
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -18,6 +20,7 @@ from ray.util.metrics import Counter, Gauge, Histogram
 from mnemoflow.llm.usage import CallRecord
 from mnemoflow.memory.l1.dedup import DedupStats
 from mnemoflow.memory.l1.pipeline import L1RunResult
+from mnemoflow.skills.learn import Learnt
 
 LATENCY_BOUNDARIES_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]
 GATE_DECISIONS = {
@@ -67,6 +70,11 @@ class ShardMetrics:
         self._refine_queue = Gauge(
             "mnemoflow_shard_refine_queued", "Sessions waiting for the model's background pass", tag_keys=keys
         )
+        self._skills = Counter(
+            "mnemoflow_shard_skill_tasks",
+            "Finished long tasks the skill pass handled, by what it did (store, merge, skip)",
+            tag_keys=("shard", "action"),
+        )
         self._refine_dropped = Counter(
             "mnemoflow_shard_refine_dropped",
             "Sessions not queued for the model's pass because the queue was full (they keep the heuristic's output)",
@@ -93,6 +101,10 @@ class ShardMetrics:
 
     def compacted(self, seconds: float) -> None:
         self._compaction.observe(seconds, tags=self._tags)
+
+    def skills_learnt(self, done: Sequence[Learnt]) -> None:
+        for action, count in Tally(item.action for item in done).items():
+            _add(self._skills, count, {**self._tags, "action": action})
 
 
 class ExtractorMetrics:

@@ -32,12 +32,14 @@ from actors.metrics import ShardMetrics
 from mnemoflow.config import MODEL_STAGES, ModelStage
 from mnemoflow.errors import InvalidInput
 from mnemoflow.offload.entries import OffloadEntry, read_entries
+from mnemoflow.offload.owner import owner_of
 from mnemoflow.offload.refine import RefineReport, refine_due, refine_session
 from mnemoflow.offload.replies import CompactRefused, CompactReply
 from mnemoflow.offload.session import compact_session
 from mnemoflow.offload.session_state import SequenceGap, SessionState, advance, load_state, save_state, save_states
 from mnemoflow.ports import SystemClock
 from mnemoflow.ports.llm import LLM
+from mnemoflow.skills.learn import learn_session
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.tokens import load_tokenizer
 from mnemoflow.tracing import TraceExport, from_traceparent, links_to
@@ -75,6 +77,7 @@ class SessionShard:
         self._refined = RefineReport()
         self._refine_dropped = 0
         self._metrics = ShardMetrics(index)
+        self._learning: set[asyncio.Task[None]] = set()
         # Every compaction counts tokens: the vocabulary (~0.5-1 s of CPU, ~80 MB) loads with the shard, or the
         # first request each shard serves after a start pays for it (the proxy bench's slowest first request: 942
         # ms, all of it compaction in a shard the warm-up had not reached).
@@ -227,6 +230,7 @@ class SessionShard:
         key = (tenant, session)
         async with self._lock(key):
             started = time.perf_counter()
+            tasks_before = load_state(self._files, *key).canvas_counter
             try:
                 result = await compact_session(
                     self._files,
@@ -242,9 +246,38 @@ class SessionShard:
             finally:
                 self._sessions.pop(key, None)  # compact_session saved state.json: reload it on next use
                 self._metrics.compacted(time.perf_counter() - started)
+            after = load_state(self._files, *key)
+            if after.canvas_counter > tasks_before and tasks_before > 0:
+                self._learn_later(tenant, session, after.active_canvas)
             if self._llm is not None:
-                self._refine_later(key, load_state(self._files, *key))
+                self._refine_later(key, after)
             return CompactReply.of(result)
+
+    def _learn_later(self, tenant: str, session: str, active: str | None) -> None:
+        """A new long task began, so the ones before it ended: distil them into skills in the background (the
+        reply does not wait; a failure is logged, and the next boundary, the session's end or an explicit call
+        runs the idempotent pass again)."""
+
+        async def learn() -> None:
+            owner = owner_of(self._files, tenant, session)
+            try:
+                done = await asyncio.to_thread(
+                    learn_session,
+                    self._files,
+                    tenant,
+                    session,
+                    self._clock.now(),
+                    agent=owner.agent if owner is not None else None,
+                    unfinished={active} if active else set(),
+                )
+            except Exception:
+                log.exception("skill pass for %s/%s failed; the next one retries it", tenant, session)
+                return
+            self._metrics.skills_learnt(done)
+
+        task = asyncio.get_running_loop().create_task(learn())
+        self._learning.add(task)
+        task.add_done_callback(self._learning.discard)
 
     def stats(self) -> dict[str, Any]:
         """Sessions held and loaded; with a model, the background pass: items per ``stage/outcome``, sessions

@@ -109,14 +109,20 @@ def _items(step: str) -> list[str]:
     return [re.sub(r" \([a-z_, ]+\)$", "", i).strip() for i in body.split("; ") if i.strip()]
 
 
+def _in_run(item: str, args: str) -> bool:
+    """Every word of ``item`` is in the run's call arguments (a path shown relative to the project root is found
+    inside the absolute one; ``.``, the root itself, is not a word)."""
+    words = [w.strip("'\"") for w in item.rstrip("…").split() if w not in (".", "./")]
+    return bool(words) and all(w.removeprefix("./") in args for w in words)
+
+
 def grounded(skill: Skill, runs: dict[str, list[dict[str, Any]]]) -> tuple[int, int]:
-    """(steps with an item in the source run's call arguments, steps)."""
+    """(steps with a file or command all of whose words are in the source run's call arguments, steps)."""
     hit = 0
     for step in skill.steps:
-        args = " ".join(
-            c["function"]["arguments"] for m in runs[step.source.session] for c in m.get("tool_calls") or ()
-        )
-        hit += any(item.rstrip("…") in args or item.replace("./", "") in args for item in _items(step.text))
+        calls = [c["function"]["arguments"] for m in runs[step.source.session] for c in m.get("tool_calls") or ()]
+        args = " ".join(json.dumps(json.loads(a)) if a.startswith("{") else a for a in calls).replace('\\"', '"')
+        hit += any(_in_run(item, args) for item in _items(step.text))
     return hit, len(skill.steps)
 
 
@@ -155,7 +161,8 @@ def fold_figures(
     def kinds_of(skill: Skill) -> set[str]:
         return {kinds[src.split("#")[0]] for src in skill.sources}
 
-    out = {"queries": 0, "hit3": 0, "wrong1": 0, "base_hit3": 0, "base_wrong1": 0, "no_skill_of_kind": 0}
+    out: dict[str, Any] = {"queries": 0, "hit3": 0, "wrong1": 0, "base_hit3": 0, "base_wrong1": 0}
+    out |= {"no_skill_of_kind": 0, "details": []}
     for q in queries:
         kind = kinds[q]
         if not any(kind in kinds_of(s) for s in skills):
@@ -166,6 +173,9 @@ def fold_figures(
         top = rank_skills(text, skills, 3, qv, vectors)
         base = _rank_runs(text, sources, runs)
         out["queries"] += 1
+        out["details"].append(
+            {"query": q, "kind": kind, "top3": [[s.name, sorted(kinds_of(s))] for s in top], "baseline_top3": base}
+        )
         out["hit3"] += any(kind in kinds_of(s) for s in top)
         out["wrong1"] += bool(top) and kind not in kinds_of(top[0])
         out["base_hit3"] += any(kinds[s] == kind for s in base)
@@ -220,7 +230,7 @@ async def measure(eval_dir: Path, smoke: bool, dense: bool) -> dict[str, Any]:
         sources = [src for s in twice for src in s.sources]
         # Index size at 50 skills: every run, success not required (size only).
         forced = _forced_skills(files, names)
-    total = {k: sum(f[k] for f in folds) for k in folds[0]}
+    total = {k: sum(f[k] for f in folds) for k in folds[0] if k != "details"}
     looked_ok = {x.task.split("#")[0] for x in learnt if x.action in ("store", "merge")}
     return {
         "runs": len(names),

@@ -36,6 +36,7 @@ from serving.routes_governance import governance_router
 from serving.routes_memory import memory_router
 from serving.routes_offload import offload_router
 from serving.routes_proxy import proxy_router
+from serving.routes_skills import skills_router
 from serving.security import BodyLimit, KeyRing, TenantGate, acting
 from serving.ui import install_ui
 
@@ -153,6 +154,7 @@ def create_api(
 
     app.include_router(offload_router(deps, gate))
     app.include_router(memory_router(deps, gate))
+    app.include_router(skills_router(deps, gate))
     app.include_router(governance_router(deps, gate))
     app.include_router(proxy_router(deps, gate))
     install_ui(app, deps, gate, checks)

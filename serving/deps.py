@@ -18,6 +18,7 @@ from mnemoflow.offload.session_state import SessionState
 from mnemoflow.storage import LocalFileStore
 from serving.bus import EventBus
 from serving.metrics import ApiMetrics
+from serving.skill_passes import SkillPasses
 
 PathId = Annotated[SafeId, Path(description="an id: letters, digits, _ - . : @; no path characters")]
 
@@ -34,8 +35,12 @@ class ApiDeps:
     compact: Compactor | None = None
     recaller_factory: Callable[[], Recaller] | None = None
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
+    skills: SkillPasses = field(init=False)
     _recaller: Recaller | None = field(default=None, init=False)
     _building: asyncio.Future[Recaller] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.skills = SkillPasses(self.files)
 
     async def recaller(self) -> Recaller:
         """Built once, on first use (it loads the embedding model and opens the index), off the event loop.

@@ -166,7 +166,8 @@ def memory_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
 
     @router.post("/v1/sessions/{session}/end", status_code=202)
     async def end_session(session: PathId, body: SessionEnd, tenant: Tenant) -> dict[str, str]:
-        """The host closed a session: extract the user's pending turns now, not after the idle timeout."""
+        """The host closed a session: extract the user's pending turns now, not after the idle timeout, and
+        distil its finished long tasks into skills in the background."""
         job = L1Job(
             kind="session_end",
             tenant=tenant,
@@ -175,6 +176,7 @@ def memory_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
             requested_at=datetime.now(UTC),
         )
         await deps.bus.publish(TOPIC_JOBS, [(job.key, job.model_dump_json().encode(), None)])
+        deps.skills.start(tenant, session)
         return {"status": "accepted"}
 
     return router

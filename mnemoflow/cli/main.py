@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from mnemoflow.cli import governance, models
+from mnemoflow.cli import governance, models, skills
 from mnemoflow.cli.docs import see
 from mnemoflow.cli.stack import Stack, StackInfo
 from mnemoflow.config import Settings
@@ -28,6 +28,7 @@ app.command(epilog=see("operations/data.md"))(governance.export)
 app.command("import", epilog=see("operations/data.md"))(governance.import_)
 app.command(epilog=see("operations/embeddings.md"))(governance.reindex)
 app.add_typer(models.app, name="model")
+app.add_typer(skills.app, name="skill")
 
 
 def _settings(data_dir: Path | None) -> Settings:

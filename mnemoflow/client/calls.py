@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
@@ -18,7 +19,15 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
-from mnemoflow.client.models import Accepted, AtomDrillDown, ConversationHitOut, DrilledEntry, WhoAmI
+from mnemoflow.client.models import (
+    Accepted,
+    AtomDrillDown,
+    ConversationHitOut,
+    DrilledEntry,
+    LearntOut,
+    SkillSummary,
+    WhoAmI,
+)
 from mnemoflow.events import ToolResultIn, TurnIn
 from mnemoflow.governance.listing import AtomFilter, AtomPage, AtomVersion
 from mnemoflow.governance.operations import OperationStatus
@@ -30,6 +39,7 @@ from mnemoflow.memory.scenes.model import SAFE_SCENE_NAME
 from mnemoflow.offload.entries import OffloadEntry
 from mnemoflow.offload.replies import CompactReply
 from mnemoflow.offload.session_state import SessionState
+from mnemoflow.skills.model import NAME_PATTERN
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -169,6 +179,46 @@ def scene(user: str, name: str, scope: str | None = None) -> Call[str]:
     if not SAFE_SCENE_NAME.fullmatch(name):
         raise ValueError(f"{name[:80]!r} is not a scene file name (word characters, '-', '_', '.', ending .md)")
     return Call("GET", f"/v1/users/{_seg(user)}/scenes/{quote(name)}", _text, params=_scoped(scope))
+
+
+def _skill(name: str) -> str:
+    if not re.fullmatch(NAME_PATTERN, name):
+        raise ValueError(f"{name[:80]!r} is not a skill name (lower-case letters, digits, CJK and '-')")
+    return quote(name)
+
+
+def skills(scope: str | None = None) -> Call[list[SkillSummary]]:
+    """``scope``: shared (the default) or ``agent:<agent>``, one the key may see."""
+    return Call("GET", "/v1/skills", _list(SkillSummary), params=_scoped(scope))
+
+
+def search_skills(query: str, limit: int = 3) -> Call[list[SkillSummary]]:
+    return Call("POST", "/v1/skills/search", _list(SkillSummary), json={"query": query, "limit": limit})
+
+
+def skill(name: str, scope: str | None = None) -> Call[str]:
+    """Without ``scope``: the key's own agent's skill of that name, else the shared one."""
+    return Call("GET", f"/v1/skills/{_skill(name)}", _text, params=_scoped(scope))
+
+
+def edit_skill(name: str, text: str, scope: str | None = None) -> Call[SkillSummary]:
+    body = text.encode()
+    return Call("PUT", f"/v1/skills/{_skill(name)}", _model(SkillSummary), content=body, params=_scoped(scope))
+
+
+def delete_skill(name: str, scope: str | None = None) -> Call[None]:
+    return Call("DELETE", f"/v1/skills/{_skill(name)}", lambda r: None, params=_scoped(scope))
+
+
+def skill_history(name: str, scope: str | None = None) -> Call[list[int]]:
+    return Call(
+        "GET", f"/v1/skills/{_skill(name)}/history", lambda r: [int(v) for v in r.json()], params=_scoped(scope)
+    )
+
+
+def distil_skills(session: str, scope: str | None = None) -> Call[list[LearntOut]]:
+    """Distil the session's long tasks into skills now (idempotent); ``scope`` defaults to the session's agent."""
+    return Call("POST", f"/v1/sessions/{_seg(session)}/skills", _list(LearntOut), json={"scope": scope})
 
 
 def _operation_key(*parts: object) -> dict[str, str]:

@@ -20,7 +20,7 @@ import httpx
 from mnemoflow.client import calls
 from mnemoflow.client.calls import Call, Pages
 from mnemoflow.client.errors import ApiUnreachable, _retry_after, error_for
-from mnemoflow.client.models import AtomDrillDown, ConversationHitOut, DrilledEntry
+from mnemoflow.client.models import AtomDrillDown, ConversationHitOut, DrilledEntry, LearntOut, SkillSummary
 from mnemoflow.events import ToolResultIn, TurnIn
 from mnemoflow.governance.listing import AtomFilter, AtomVersion
 from mnemoflow.governance.operations import OperationStatus
@@ -157,6 +157,27 @@ class Client:
 
     def scene(self, user: str, name: str, scope: str | None = None) -> str:
         return self.send(calls.scene(user, name, scope))
+
+    def skills(self, scope: str | None = None) -> list[SkillSummary]:
+        return self.send(calls.skills(scope))
+
+    def search_skills(self, query: str, limit: int = 3) -> list[SkillSummary]:
+        return self.send(calls.search_skills(query, limit))
+
+    def skill(self, name: str, scope: str | None = None) -> str:
+        return self.send(calls.skill(name, scope))
+
+    def edit_skill(self, name: str, text: str, scope: str | None = None) -> SkillSummary:
+        return self.send(calls.edit_skill(name, text, scope))
+
+    def delete_skill(self, name: str, scope: str | None = None) -> None:
+        return self.send(calls.delete_skill(name, scope))
+
+    def skill_history(self, name: str, scope: str | None = None) -> list[int]:
+        return self.send(calls.skill_history(name, scope))
+
+    def distil_skills(self, session: str, scope: str | None = None) -> list[LearntOut]:
+        return self.send(calls.distil_skills(session, scope))
 
     def remember(
         self, user: str, text: str, type: AtomKind | None = None, priority: int | None = None, wait: float = 0
@@ -315,6 +336,27 @@ class AsyncClient:
 
     async def scene(self, user: str, name: str, scope: str | None = None) -> str:
         return await self.send(calls.scene(user, name, scope))
+
+    async def skills(self, scope: str | None = None) -> list[SkillSummary]:
+        return await self.send(calls.skills(scope))
+
+    async def search_skills(self, query: str, limit: int = 3) -> list[SkillSummary]:
+        return await self.send(calls.search_skills(query, limit))
+
+    async def skill(self, name: str, scope: str | None = None) -> str:
+        return await self.send(calls.skill(name, scope))
+
+    async def edit_skill(self, name: str, text: str, scope: str | None = None) -> SkillSummary:
+        return await self.send(calls.edit_skill(name, text, scope))
+
+    async def delete_skill(self, name: str, scope: str | None = None) -> None:
+        return await self.send(calls.delete_skill(name, scope))
+
+    async def skill_history(self, name: str, scope: str | None = None) -> list[int]:
+        return await self.send(calls.skill_history(name, scope))
+
+    async def distil_skills(self, session: str, scope: str | None = None) -> list[LearntOut]:
+        return await self.send(calls.distil_skills(session, scope))
 
     async def remember(
         self, user: str, text: str, type: AtomKind | None = None, priority: int | None = None, wait: float = 0

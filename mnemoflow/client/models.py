@@ -3,11 +3,15 @@ into them, so a field renamed on one side breaks the other's tests instead of a 
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pydantic import BaseModel, Field
 
 from mnemoflow.memory.l0 import L0Message
 from mnemoflow.memory.l1.models import L1Record
 from mnemoflow.offload.entries import OffloadEntry
+from mnemoflow.skills.learn import Learnt
+from mnemoflow.skills.model import Skill
 
 
 class Accepted(BaseModel):
@@ -39,3 +43,44 @@ class WhoAmI(BaseModel):
     agent: str | None = None
     """The agent a bound key acts as (docs/concepts/scopes.md); none for a tenant admin key."""
     team: str | None = None
+
+
+class SkillSummary(BaseModel):
+    """A skill as the list shows it: what it is for, where it applies, and its version."""
+
+    name: str
+    when_to_use: str
+    area: str
+    version: int
+    updated: datetime
+    uses: int
+    engine: str
+    sources: list[str]
+    steps: int
+    pitfalls: int
+
+    @classmethod
+    def of(cls, skill: Skill) -> SkillSummary:
+        return cls(
+            name=skill.name,
+            when_to_use=skill.when_to_use,
+            area=skill.area,
+            version=skill.version,
+            updated=skill.updated,
+            uses=skill.uses,
+            engine=skill.engine,
+            sources=list(skill.sources),
+            steps=len(skill.steps),
+            pitfalls=len(skill.pitfalls),
+        )
+
+
+class LearntOut(BaseModel):
+    task: str = Field(description="<session>#<canvas number>")
+    action: str = Field(description="store, merge or skip")
+    skill: str | None
+    reason: str
+
+    @classmethod
+    def of(cls, item: Learnt) -> LearntOut:
+        return cls(task=item.task, action=item.action, skill=item.skill, reason=item.reason)

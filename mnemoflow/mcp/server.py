@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 
 from mnemoflow.client import AsyncClient, NotFound, Unauthorized
-from mnemoflow.client.models import AtomDrillDown, ConversationHitOut, DrilledEntry
+from mnemoflow.client.models import AtomDrillDown, ConversationHitOut, DrilledEntry, SkillSummary
 from mnemoflow.errors import ConfigError
 from mnemoflow.governance.operations import OperationStatus
 from mnemoflow.lru import LRU
@@ -32,7 +32,8 @@ except ImportError as exc:  # pragma: no cover - the extra is part of dev
 
 INSTRUCTIONS = (
     "Long-term memory of the user and drill-down into offloaded tool output. Search memories before asking the "
-    "user something they may have said before; drill down when a recalled memory or a canvas node is not enough."
+    "user something they may have said before; drill down when a recalled memory or a canvas node is not enough. "
+    "Before a task like one done before, look for a skill (skill_search, skill_read): its steps and pitfalls."
 )
 AtomKind = Literal["persona", "episodic", "instruction"]
 UserArg = Annotated[str, Field(description="The user id whose memory to use.")]
@@ -139,6 +140,22 @@ def build_server(api_url: str, api_key: str | None = None, public_url: str | Non
             return await api().persona(user)
         except NotFound:
             return ""
+
+    @server.tool()
+    async def skill_search(query: str, limit: Annotated[int, Field(ge=1, le=20)] = 3) -> list[SkillSummary]:
+        """Find skills (procedures learnt from finished tasks) that fit a request: name, when to use, area."""
+        return await api().search_skills(query, limit)
+
+    @server.tool()
+    async def skill_read(name: str) -> str:
+        """A skill by name (from the skills index or skill_search): when to use it, its steps and its pitfalls,
+        each with the session#node it came from (drill_down with that session and node_id for the raw output)."""
+        try:
+            return await api().skill(name)
+        except NotFound as exc:
+            raise ToolError(f"no skill named {name}") from exc
+        except ValueError as exc:
+            raise ToolError(str(exc)) from exc
 
     @server.tool()
     async def drill_down(

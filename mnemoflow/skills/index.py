@@ -12,14 +12,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mnemoflow.index._common import rrf_ranks
-from mnemoflow.lexical import bm25_scores
+from mnemoflow.lexical import bm25_scores, is_chinese
+from mnemoflow.lru import LRU
+from mnemoflow.ports.files import FileStore
+from mnemoflow.scopes import scope_parts
 from mnemoflow.skills.merge import descriptor
 from mnemoflow.skills.model import Skill
+from mnemoflow.skills.store import SkillStore
+from mnemoflow.storage import Layout
 from mnemoflow.tokens import count_tokens
 
 INDEX_BUDGET = 300
 _WHEN_SHORT = 70
-_HEAD = {False: "## Skills (read one with skill_read NAME)", True: "## 技能（用 skill_read 名称 查看全文）"}
+_HEAD = {False: "## Skills", True: "## 技能"}
 
 
 def _short(text: str, limit: int) -> str:
@@ -66,11 +71,13 @@ def rank_skills(
     query_vector: Sequence[float] | None = None,
     vectors: Sequence[Sequence[float]] | None = None,
 ) -> list[Skill]:
-    """The ``k`` skills that best answer ``query``: BM25 over their descriptors and steps, fused by RRF with the
-    dense ranking when vectors are given (one per skill, unit length)."""
+    """The ``k`` skills that best answer ``query``: BM25 over their descriptors (name, when to use, area), fused by
+    RRF with the dense ranking when vectors are given (one per skill, unit length). Not over the steps: their
+    commands and paths (``python``, ``tests/``) are in every skill and made a long request match the longest one
+    (measured on the OpenHands runs: the same hit@3, and the wrong first skills went to another repository)."""
     if not skills:
         return []
-    docs = [f"{descriptor(s)} {' '.join(st.text for st in s.steps)}" for s in skills]
+    docs = [descriptor(s) for s in skills]
     lexical = [i for i, score in sorted(enumerate(bm25_scores(query, docs)), key=lambda t: -t[1]) if score > 0]
     dense: list[int] = []
     if query_vector is not None and vectors is not None:
@@ -78,3 +85,23 @@ def rank_skills(
         dense = sorted(range(len(skills)), key=lambda i: -cosines[i])
     fused = rrf_ranks(dense, lexical, k)
     return [skills[i] for i, *_ in fused]
+
+
+class SkillsIndexSource:
+    """The index recall puts in the system context for a viewer: the tenant's shared skills and, for an agent, its
+    own, in one index. Rendered again only when a skill file changed (the folders' file ids and sizes are the
+    cache key, one ``stat`` of each folder a recall), since a recall must not parse every skill file."""
+
+    def __init__(self, files: FileStore, budget: int = INDEX_BUDGET, capacity: int = 1024) -> None:
+        self._files, self._budget = files, budget
+        self._cache: LRU[tuple[object, ...], str] = LRU(capacity)
+
+    def index(self, tenant: str, scopes: Sequence[str]) -> str:
+        agents = [None, *(name for kind, name in map(scope_parts, scopes) if kind == "agent")]
+        dirs = [Layout.skills_dir(tenant, agent) for agent in agents]
+        key = (tenant, *agents, *(tuple(sorted(self._files.stat_dir(d).items())) for d in dirs))
+        return self._cache.get_or_load(key, lambda _: self._render(tenant, agents))
+
+    def _render(self, tenant: str, agents: Sequence[str | None]) -> str:
+        skills = [s for agent in agents for s in SkillStore(self._files, tenant, agent).all()]
+        return skills_index(skills, self._budget, is_chinese([s.when_to_use for s in skills]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -33,13 +34,17 @@ def learn_session(
     *,
     agent: str | None = None,
     similarity: Similarity = lexical_similarity,
+    unfinished: Collection[str] = (),
 ) -> list[Learnt]:
-    """Distil each canvas of ``tenant/session`` and fold it into the skills (shared, or ``agent``'s own).
+    """Distil each canvas of ``tenant/session`` but the ``unfinished`` ones (canvas file names: the task still
+    going on) and fold it into the skills (shared, or ``agent``'s own).
 
     Idempotent: a task already among a skill's sources is skipped, so a retried or repeated pass adds nothing."""
     store = SkillStore(files, tenant, agent)
     out = []
     for trace in task_traces(files, tenant, session):
+        if trace.canvas_name in unfinished:
+            continue
         found = distil(trace, now)
         if found.skill is None:
             out.append(Learnt(trace.key, "skip", None, found.reason))

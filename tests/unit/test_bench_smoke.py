@@ -132,3 +132,12 @@ def test_embedder(tmp_path: Path) -> None:
     for lang in ("en", "zh"):
         same = result["fidelity"][lang]
         assert same["texts"] > 0 and same["cosine_min"] >= 0.999 and 0 < same["top10_agreement"] <= 1
+
+
+@needs_eval
+def test_skills(tmp_path: Path) -> None:
+    result = run_bench("skills", "--smoke", out=tmp_path / "out.json")
+    check_report(result, "skills", {"hit_at_3", "baseline_hit_at_3", "index_tokens_50", "steps_grounded", "folds"})
+    assert result["runs"] == 6 and result["duplicate_sources"] == 0
+    assert result["skills_after_first_pass"] == result["skills_after_second_pass"]  # distilling twice adds nothing
+    assert result["drill_down_ok"] == 1.0

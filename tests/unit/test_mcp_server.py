@@ -21,7 +21,16 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from mnemoflow.mcp.server import build_server  # noqa: E402
 
-TOOLS = {"memory_search", "conversation_search", "remember", "forget", "get_persona", "drill_down"}
+TOOLS = {
+    "memory_search",
+    "conversation_search",
+    "remember",
+    "forget",
+    "get_persona",
+    "drill_down",
+    "skill_search",
+    "skill_read",
+}
 
 
 @pytest.fixture
@@ -39,7 +48,13 @@ async def exercise(client: Client) -> dict[str, Any]:
     convo = await client.call_tool("conversation_search", {"user": "ana", "query": "oat milk"})
     missing = await client.call_tool("drill_down", {"session": "s", "node_id": "N9"})
     remembered = await client.call_tool("remember", {"user": "ana", "text": "Ana likes green tea"})
+    skills = await client.call_tool("skill_search", {"query": "fix a timezone crash"})
+    no_skill = await client.call_tool("skill_read", {"name": "dateparse-timezone"})
+    bad_name = await client.call_tool("skill_read", {"name": "../etc"})
     return {
+        "skills": skills.structured_content["result"],
+        "no_skill": no_skill,
+        "bad_name": bad_name,
         "tools": tools,
         "hit": hit,
         "drilled": drilled.structured_content,
@@ -58,6 +73,9 @@ def check(out: dict[str, Any]) -> None:
     assert out["convo"][0]["message"]["id"] == "m0"
     assert out["missing"].is_error and "no entries for node N9" in out["missing"].content[0].text
     assert out["remembered"].structured_content["status"] in ("pending", "applied")
+    assert out["skills"] == []  # none distilled in this tenant yet
+    assert out["no_skill"].is_error and "no skill named dateparse-timezone" in out["no_skill"].content[0].text
+    assert out["bad_name"].is_error and "is not a skill name" in out["bad_name"].content[0].text
 
 
 def test_stdio_with_the_hosts_key(api_url: str) -> None:

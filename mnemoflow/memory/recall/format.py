@@ -21,6 +21,8 @@ class ToolNames:
     memory: str = "memory_search"
     conversation: str = "conversation_search"
     scene: str = "read_scene"
+    skill: str = "skill_read"
+    skill_search: str = "skill_search"
     calls_per_turn: int = 3
 
 
@@ -73,15 +75,24 @@ def tools_guide(tools: ToolNames) -> str:
     )
 
 
-def system_context(persona: str, navigation: str, tools: ToolNames, anything_else: bool) -> str:
-    """Persona, navigation and — whenever anything is injected — the tool guide, joined by blank lines."""
+def system_context(persona: str, navigation: str, tools: ToolNames, anything_else: bool, skills: str = "") -> str:
+    """Persona, navigation, the skills index and — whenever anything is injected — the tool guide, joined by blank
+    lines."""
     parts = []
     if persona:
         parts.append(f"<user-persona>\n{persona}\n</user-persona>")
     if navigation:
         parts.append(f"<scene-navigation>\n{navigation}\n</scene-navigation>")
+    if skills:
+        parts.append(f"<skills-index>\n{skills}\n</skills-index>")
     if parts or anything_else:
-        parts.append(f"<memory-tools-guide>\n{tools_guide(tools)}\n</memory-tools-guide>")
+        guide = tools_guide(tools) + (
+            f" Before a task that a skill's name fits, call {tools.skill} with its name for its steps and pitfalls"
+            f" ({tools.skill_search} finds skills the index does not list)."
+            if skills
+            else ""
+        )
+        parts.append(f"<memory-tools-guide>\n{guide}\n</memory-tools-guide>")
     return "\n\n".join(parts)
 
 

@@ -42,6 +42,7 @@ from mnemoflow.ports import Embedder, FileStore
 from mnemoflow.ports.clock import Clock, SystemClock
 from mnemoflow.ports.vectors import AtomType, Hit, VectorStore
 from mnemoflow.scopes import SHARED, Viewer, scope_parts
+from mnemoflow.skills.index import SkillsIndexSource
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,7 @@ class Recaller:
         self._store, self._embedder, self._files = store, embedder, files
         self._clock = clock or SystemClock()
         self._context = context or FileContextSource(files)
+        self._skills = SkillsIndexSource(files)
         self.config = config or RecallConfig()
         self.tools = tools or ToolNames()
 
@@ -166,18 +168,19 @@ class Recaller:
 
     def contexts(
         self, tenant: str, user: str, config: RecallConfig | None = None, viewer: Viewer | None = None
-    ) -> tuple[str, str]:
-        """The persona and the scene navigation of the scopes ``viewer`` sees, each within its budget."""
+    ) -> tuple[str, str, str]:
+        """The persona and the scene navigation of the scopes ``viewer`` sees, each within its budget, and the
+        index of the tenant's skills it sees (shared, and its agent's own)."""
         cfg = config or self.config
         scopes = (SHARED,) if viewer is None else viewer.scopes()
         persona = scoped_context(scopes, partial(self._context.persona, tenant, user), cfg.max_persona_chars)
         nav = scoped_context(scopes, partial(self._context.navigation, tenant, user), cfg.max_navigation_chars)
-        return persona, nav
+        return persona, nav, self._skills.index(tenant, scopes)
 
     def _rendered(
         self,
         hits: list[Hit],
-        contexts: tuple[str, str],
+        contexts: tuple[str, str, str],
         config: RecallConfig | None,
         timed_out: bool = False,
         degraded: Literal["lexical"] | None = None,
@@ -185,10 +188,10 @@ class Recaller:
     ) -> RecallResult:
         cfg = config or self.config
         lines = fit([memory_line(h.row, cfg.max_line_chars, self.tools) for h in hits], cfg.max_prepend_chars)
-        persona, nav = contexts
+        persona, nav, skills = contexts
         return RecallResult(
             prepend_context=prepend_context(lines),
-            system_context=system_context(persona, nav, self.tools, bool(lines)),
+            system_context=system_context(persona, nav, self.tools, bool(lines), skills),
             hits=[RecallHit.of(h) for h in hits[: len(lines)]],
             persona=persona,
             timed_out=timed_out,

@@ -1,0 +1,119 @@
+"""``mnemoflow skill``: list, show, edit, delete and distil skills on the data directory.
+
+Like ``export``, these act on the files directly (a read is safe at any time; run writes with the stack stopped or
+use the API, ``/v1/skills``, whose writes are serialised).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from mnemoflow.cli.docs import see
+from mnemoflow.config import Settings
+from mnemoflow.errors import NotFound
+
+if TYPE_CHECKING:
+    from mnemoflow.skills.store import SkillStore
+    from mnemoflow.storage import LocalFileStore
+
+app = typer.Typer(
+    help="Skills distilled from finished tasks (procedural memory).",
+    epilog=see("concepts/skills.md"),
+    no_args_is_help=True,
+)
+console = Console()
+DataDir = Annotated[Path | None, typer.Option(help="Where the layers are stored.")]
+TenantOpt = Annotated[str, typer.Option(help="The tenant the skills belong to.")]
+AgentOpt = Annotated[str | None, typer.Option(help="An agent's private skills instead of the shared ones.")]
+
+
+def _files(data_dir: Path | None) -> LocalFileStore:
+    from mnemoflow.storage import LocalFileStore
+
+    return LocalFileStore((Settings(data_dir=data_dir) if data_dir else Settings()).data_dir)
+
+
+def _store(tenant: str, agent: str | None, data_dir: Path | None) -> SkillStore:
+    from mnemoflow.skills.store import SkillStore
+
+    return SkillStore(_files(data_dir), tenant, agent)
+
+
+@app.command("list", epilog=see("concepts/skills.md"))
+def list_(tenant: TenantOpt = "default", agent: AgentOpt = None, data_dir: DataDir = None) -> None:
+    """The skills, by name: what each is for, its area, version and the tasks it came from."""
+    store = _store(tenant, agent, data_dir)
+    table = Table("name", "when to use", "area", "version", "sources")
+    for skill in store.all():
+        table.add_row(skill.name, skill.when_to_use, skill.area, str(skill.version), str(len(skill.sources)))
+    console.print(table)
+
+
+@app.command(epilog=see("concepts/skills.md"))
+def show(name: str, tenant: TenantOpt = "default", agent: AgentOpt = None, data_dir: DataDir = None) -> None:
+    """Print one skill file (Markdown with its META header)."""
+    from mnemoflow.skills.model import render_skill
+
+    store = _store(tenant, agent, data_dir)
+    try:
+        typer.echo(render_skill(store.get(name)), nl=False)
+    except NotFound as exc:
+        raise typer.BadParameter(str(exc)) from exc
+
+
+@app.command(epilog=see("concepts/skills.md"))
+def edit(
+    name: str,
+    source: Annotated[Path, typer.Argument(help="The edited skill file (as `show` prints it).")],
+    tenant: TenantOpt = "default",
+    agent: AgentOpt = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Replace a skill with an edited file; the old version is kept in its history."""
+    from mnemoflow.skills.model import parse_skill
+
+    store = _store(tenant, agent, data_dir)
+    try:
+        old, edited = store.get(name), parse_skill(source.read_text(encoding="utf-8"))
+    except NotFound as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    except ValueError as exc:
+        raise typer.BadParameter(f"{source} is not a skill file: {exc}") from exc
+    if edited.name != name:
+        raise typer.BadParameter(f"{source} names skill {edited.name!r}, not {name!r}")
+    update = {"created": old.created, "sources": old.sources, "version": old.version + 1, "engine": "edited"}
+    store.put(edited.model_copy(update={**update, "updated": datetime.now(UTC)}))
+    console.print(f"{name}: version {old.version + 1} (version {old.version} kept in its history)")
+
+
+@app.command(epilog=see("concepts/skills.md"))
+def delete(name: str, tenant: TenantOpt = "default", agent: AgentOpt = None, data_dir: DataDir = None) -> None:
+    """Delete a skill and its history."""
+    store = _store(tenant, agent, data_dir)
+    if not store.delete(name):
+        raise typer.BadParameter(f"no skill named {name!r}")
+    console.print(f"deleted {name}")
+
+
+@app.command(epilog=see("concepts/skills.md"))
+def distil(
+    sessions: Annotated[list[str], typer.Argument(help="Sessions whose long tasks to distil.")],
+    tenant: TenantOpt = "default",
+    agent: AgentOpt = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Distil sessions' finished long tasks into skills (a task already distilled is skipped)."""
+    from mnemoflow.skills.learn import learn_session
+
+    files = _files(data_dir)
+    table = Table("task", "action", "skill", "why")
+    for session in sessions:
+        for item in learn_session(files, tenant, session, datetime.now(UTC), agent=agent):
+            table.add_row(item.task, item.action, item.skill or "", item.reason)
+    console.print(table)
