@@ -39,7 +39,7 @@ from mnemoflow.offload.session import compact_session
 from mnemoflow.offload.session_state import SequenceGap, SessionState, advance, load_state, save_state, save_states
 from mnemoflow.ports import SystemClock
 from mnemoflow.ports.llm import LLM
-from mnemoflow.skills.learn import learn_session
+from mnemoflow.skills.learn import learn_session, learn_session_with_model
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.tokens import load_tokenizer
 from mnemoflow.tracing import TraceExport, from_traceparent, links_to
@@ -260,16 +260,18 @@ class SessionShard:
 
         async def learn() -> None:
             owner = owner_of(self._files, tenant, session)
+            agent = owner.agent if owner is not None else None
+            unfinished = {active} if active else set()
+            now = self._clock.now()
             try:
-                done = await asyncio.to_thread(
-                    learn_session,
-                    self._files,
-                    tenant,
-                    session,
-                    self._clock.now(),
-                    agent=owner.agent if owner is not None else None,
-                    unfinished={active} if active else set(),
-                )
+                if self._llm is not None and "skills" in self._model_stages:
+                    done = await learn_session_with_model(
+                        self._files, tenant, session, now, self._llm, agent=agent, unfinished=unfinished
+                    )
+                else:
+                    done = await asyncio.to_thread(
+                        learn_session, self._files, tenant, session, now, agent=agent, unfinished=unfinished
+                    )
             except Exception:
                 log.exception("skill pass for %s/%s failed; the next one retries it", tenant, session)
                 return

@@ -20,7 +20,9 @@ its first user message (the issue text), then the halves swap.
   tool call's ref byte-equal to the run's tool output;
 * **duplicates** after distilling every resolved run twice (the second pass must store nothing).
 
-Usage: ``python bench/skills.py [--dense]``; ``--smoke --out PATH`` runs on 6 runs (the tests).
+Usage: ``python bench/skills.py [--dense] [--llm qwen2.5-1.5b]``; ``--smoke --out PATH`` runs on 6 runs (the tests).
+With ``--llm`` the packaged model rewrites each successful draft (:mod:`mnemoflow.skills.writer`), as the session
+shard does when ``skills`` is one of its model stages; writes ``bench/results/skills-<model>.json``.
 Writes ``bench/results/skills.json``.
 """
 
@@ -34,6 +36,7 @@ import re
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,7 +51,7 @@ from mnemoflow.offload.entries import OffloadWriter, read_ref  # noqa: E402
 from mnemoflow.offload.messages import last_user  # noqa: E402
 from mnemoflow.offload.session import compact_session  # noqa: E402
 from mnemoflow.skills.index import rank_skills, skills_index  # noqa: E402
-from mnemoflow.skills.learn import learn_session  # noqa: E402
+from mnemoflow.skills.learn import Learnt, learn_session, learn_session_with_model  # noqa: E402
 from mnemoflow.skills.merge import Similarity, descriptor, lexical_similarity, vector_similarity  # noqa: E402
 from mnemoflow.skills.model import Skill, render_skill  # noqa: E402
 from mnemoflow.skills.store import SkillStore  # noqa: E402
@@ -183,7 +186,7 @@ def fold_figures(
     return out
 
 
-async def measure(eval_dir: Path, smoke: bool, dense: bool) -> dict[str, Any]:
+async def measure(eval_dir: Path, smoke: bool, dense: bool, llm_name: str | None = None) -> dict[str, Any]:
     loaders = _load_loaders(eval_dir)
     folder = eval_dir / "trajectories" / "openhands_swebench_verified"
     records = loaders.load_trajectory_records(str(folder))
@@ -200,6 +203,22 @@ async def measure(eval_dir: Path, smoke: bool, dense: bool) -> dict[str, Any]:
         embedder = build_embedder(Settings())
         embed = embedder.embed
         similarity = vector_similarity(embedder)
+    llm = None
+    if llm_name:
+        from mnemoflow.config import Settings
+        from mnemoflow.llm.factory import build_llm
+
+        llm = build_llm(Settings(llm=llm_name))
+    model_seconds: list[float] = []
+
+    async def learn(files: LocalFileStore, session: str, agent: str) -> list[Learnt]:
+        if llm is None:
+            return learn_session(files, TENANT, session, NOW, agent=agent, similarity=similarity)
+        started = time.perf_counter()
+        done = await learn_session_with_model(files, TENANT, session, NOW, llm, agent=agent)
+        model_seconds.append(time.perf_counter() - started)
+        return done
+
     with tempfile.TemporaryDirectory(prefix="mnemoflow-skills-") as tmp:
         files = LocalFileStore(Path(tmp))
         for n in names:
@@ -210,7 +229,7 @@ async def measure(eval_dir: Path, smoke: bool, dense: bool) -> dict[str, Any]:
             store_agent = f"fold{i}"
             for n in source:
                 if n in resolved:
-                    learnt += learn_session(files, TENANT, n, NOW, agent=store_agent, similarity=similarity)
+                    learnt += await learn(files, n, store_agent)
             skills = SkillStore(files, TENANT, store_agent).all()
             folds.append(fold_figures(skills, target, runs, kinds, embed))
             for s in skills:
@@ -223,7 +242,7 @@ async def measure(eval_dir: Path, smoke: bool, dense: bool) -> dict[str, Any]:
         for attempt in range(2):
             for n in names:
                 if n in resolved:
-                    learn_session(files, TENANT, n, NOW, agent="twice", similarity=similarity)
+                    await learn(files, n, "twice")
             count = len(SkillStore(files, TENANT, "twice").names())
             before, after = (count, after) if attempt == 0 else (before, count)
         twice = SkillStore(files, TENANT, "twice").all()
@@ -256,6 +275,10 @@ async def measure(eval_dir: Path, smoke: bool, dense: bool) -> dict[str, Any]:
         "skills_after_second_pass": after,
         "duplicate_sources": len(sources) - len(set(sources)),
         "kinds": kinds,
+        "llm": llm_name,
+        "written_by_model": sum(s.engine == "llm" for s in twice),
+        "model_seconds_per_task_p50": round(statistics.median(model_seconds), 1) if model_seconds else None,
+        "skills": [render_skill(s) for s in twice],
     }
 
 
@@ -282,12 +305,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--eval-dir", default=str(ROOT.parent / "shared" / "eval"))
     ap.add_argument("--dense", action="store_true", help="rank and match with the configured e5 embedder too")
+    ap.add_argument("--llm", help="write skills with this packaged model (e.g. qwen2.5-1.5b), as the shard would")
     ap.add_argument("--out", help="default bench/results/skills.json (with --smoke, the temp folder)")
     ap.add_argument("--smoke", action="store_true", help="6 runs (the tests)")
     args = ap.parse_args()
-    out = Path(args.out) if args.out else smoke_out("skills") if args.smoke else RESULTS / "skills.json"
-    run = Run("skills", "Skills distilled from solved OpenHands runs, recalled for the next run (heuristic engine)")
-    r = asyncio.run(measure(Path(args.eval_dir), args.smoke, args.dense))
+    default = RESULTS / (f"skills-{args.llm}.json" if args.llm else "skills.json")
+    out = Path(args.out) if args.out else smoke_out("skills") if args.smoke else default
+    engine = f"{args.llm} writing" if args.llm else "heuristic engine"
+    run = Run("skills", f"Skills distilled from solved OpenHands runs, recalled for the next run ({engine})")
+    r = asyncio.run(measure(Path(args.eval_dir), args.smoke, args.dense, args.llm))
     retrieval = [
         [
             "skills (" + ("BM25 + e5, RRF" if r["dense"] else "BM25") + ")",
@@ -314,6 +340,11 @@ def main() -> None:
             f"{r['skills_after_first_pass']} / {r['skills_after_second_pass']}",
         ],
         ["tasks in more than one skill", str(r["duplicate_sources"])],
+        *(
+            [[f"skills written by {r['llm']} (the rest: its draft)", f"{r['written_by_model']} of {r['skills_all']}"]]
+            if r["llm"]
+            else []
+        ),
     ]
     run.finish(
         [

@@ -38,9 +38,9 @@ WORKER_GROUP = "mnemoflow"
 """The Faust app id, hence the Kafka consumer group of the workers (``/health`` reads its members and lag)."""
 
 
-ModelStage = Literal["l1", "boundary", "summaries", "canvas", "scenes", "persona"]
+ModelStage = Literal["l1", "boundary", "summaries", "canvas", "scenes", "persona", "skills"]
 """The stages that can run on a model: L1 extraction with its dedup decisions, the L1.5 task-boundary judge, offload
-summaries, the task canvas, L2 scenes and the L3 persona."""
+summaries, the task canvas, L2 scenes, the L3 persona, and the skill writer (the session shard's skill pass)."""
 MODEL_STAGES: frozenset[ModelStage] = frozenset(get_args(ModelStage))
 CPU_MODEL_STAGES: frozenset[ModelStage] = frozenset()
 """The stages a model on the CPU (``llama_cpp``) runs unless ``llm_stages`` lists them: none. Measured on 2 cores

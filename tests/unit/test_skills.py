@@ -11,14 +11,17 @@ import pytest
 
 from mnemoflow.errors import NotFound
 from mnemoflow.offload.entries import read_ref
+from mnemoflow.prompts.skills import Rewritten, SkillReply
 from mnemoflow.skills.distil import TaskTrace, code_area, distil, project_root
 from mnemoflow.skills.index import rank_skills, skills_index
-from mnemoflow.skills.learn import learn_session
+from mnemoflow.skills.learn import learn_session, learn_session_with_model
 from mnemoflow.skills.merge import fold, lexical_similarity
 from mnemoflow.skills.model import NodeRef, Pitfall, Skill, SkillStep, parse_skill, render_skill
 from mnemoflow.skills.store import SkillStore
 from mnemoflow.skills.tasks import task_traces
+from mnemoflow.skills.writer import written_by_model
 from mnemoflow.storage import LocalFileStore
+from mnemoflow.testing import ScriptedLLM
 from mnemoflow.tokens import count_tokens
 from tests.skill_tasks import EN, NOW, ROOT, ZH, replay, replayed, trajectory
 
@@ -169,3 +172,42 @@ def test_project_root_and_area() -> None:
     assert project_root(["/r/reproduce.py", "/r/pkg/a.py"], ["/r/pkg/a.py"]) == "/r"  # a package is not a checkout
     assert code_area(["django/contrib/admin/options.py", "django/contrib/admin/checks.py"]) == "django/contrib/admin"
     assert code_area([]) == ""
+
+
+def test_the_model_rewrites_the_draft_by_number_and_code_keeps_every_reference(tmp_path: Path) -> None:
+    files = replayed(tmp_path, "s1", EN)
+    draft = distil(only_trace(files, "s1"), NOW).skill
+    assert draft is not None and 4 <= len(draft.steps) < 7 and draft.pitfalls
+    reply = SkillReply(
+        name="Fix timezone parsing!",
+        when_to_use="A date parser crashes on inputs with a UTC offset",
+        steps=[
+            Rewritten(n=3, text="Patch dateparse/core.py to accept +HH:MM offsets"),
+            Rewritten(n=7, text="An invented step"),  # no such draft step: dropped
+            Rewritten(n=4, text="Run python -m pytest tests/test_core.py until it passes"),
+        ],
+        pitfalls=[Rewritten(n=1, text="reproduce.py fails with ValueError on '+05:30' until the parser is fixed")],
+    )
+    skill = asyncio.run(written_by_model(draft, ScriptedLLM([reply])))
+    assert skill.engine == "llm" and skill.name == "fix-timezone-parsing"
+    assert skill.when_to_use == "A date parser crashes on inputs with a UTC offset (dateparse)"
+    assert [s.source for s in skill.steps] == [draft.steps[2].source, draft.steps[3].source]
+    assert skill.pitfalls[0].source == draft.pitfalls[0].source and skill.sources == draft.sources
+    # No valid reply (twice invalid JSON), or a reply keeping no step of the draft: the draft stands.
+    assert asyncio.run(written_by_model(draft, ScriptedLLM(["not json", "still not json"]))) == draft
+    vague = asyncio.run(written_by_model(draft, ScriptedLLM([reply.model_copy(update={"when_to_use": "general"})])))
+    assert vague.when_to_use == draft.when_to_use  # "general" describes nothing: the task's goal stays
+    none_kept = reply.model_copy(update={"steps": [Rewritten(n=8, text="x")]})
+    assert asyncio.run(written_by_model(draft, ScriptedLLM([none_kept]))) == draft
+
+
+def test_with_a_model_the_pass_rewrites_new_tasks_only(tmp_path: Path) -> None:
+    files = replayed(tmp_path, "s1", EN)
+    reply = SkillReply(
+        name="utc-offsets", when_to_use="Parsing dates with offsets", steps=[Rewritten(n=1, text="Look")]
+    )
+    llm = ScriptedLLM([reply])
+    (first,) = asyncio.run(learn_session_with_model(files, "t", "s1", NOW, llm))
+    assert (first.action, first.skill) == ("store", "utc-offsets")
+    (again,) = asyncio.run(learn_session_with_model(files, "t", "s1", NOW, llm))
+    assert again.action == "skip" and len(llm.calls) == 1  # a task already distilled is not sent to the model
