@@ -93,7 +93,7 @@ def test_a_tenant_cannot_take_the_name_of_a_service_folder() -> None:
 
 
 def test_the_model_stages_are_a_json_list_of_known_stages(monkeypatch: pytest.MonkeyPatch) -> None:
-    every = {"l1", "boundary", "summaries", "canvas", "scenes", "persona"}
+    every = {"l1", "boundary", "summaries", "canvas", "scenes", "persona", "skills"}
     assert Settings(llm_engine="openai").model_stages == every  # by default: all on a served model
     assert Settings(llm_engine="llama_cpp").model_stages == set()  # none on a CPU model unless listed
     monkeypatch.setenv("MNEMOFLOW_LLM_STAGES", '["scenes", "persona", "canvas"]')
