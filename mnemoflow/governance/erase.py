@@ -6,7 +6,8 @@ folder, then ``scrub`` (the index engine rewrites itself so deleted text is not 
 is idempotent, so a failed erase is simply applied again; the counts it reports are summed over its tries in the
 tombstone (a retry finds less left to remove, and a session erased by an earlier try is not counted twice).
 
-A user's sessions are the sessions of their L0 messages; a tool result's offload entry does not name its user.
+A user's sessions are the sessions of their L0 messages; a tool result's offload entry does not name its user. A
+session's erase reaches the skills distilled from it too (:mod:`mnemoflow.skills.forget`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from mnemoflow.memory.l1.records import RecordLog
 from mnemoflow.offload.owner import owner_of
 from mnemoflow.ports import FileStore
 from mnemoflow.ports.vectors import VectorStore
+from mnemoflow.skills.forget import forget_session
 from mnemoflow.storage import Layout
 
 _USER_COUNTS = ("files_removed", "index_rows_removed", "sessions_erased")
@@ -66,7 +68,8 @@ class Eraser:
         self._tombstones.put(tenant, "sessions", session, Tombstone(erased_at=at, operation_id=operation_id))
         stone = self._tombstones.get(tenant, "sessions", session)
         first = stone is None or stone.operation_id != operation_id or not stone.removed
-        files = self._files.remove(Layout.session_dir(tenant, session))
+        files = forget_session(self._files, tenant, session, at)  # skills first: their sources name the session
+        files += self._files.remove(Layout.session_dir(tenant, session))
         self._tombstones.add_removed(tenant, "sessions", session, operation_id, {"files_removed": files})
         return files, first
 

@@ -45,10 +45,11 @@ class SkillStore:
                 log.warning("skill %s in %s is unreadable, left out: %s", name, self._dir, err)
         return out
 
-    def put(self, skill: Skill) -> None:
-        """Write ``skill``; the version it replaces goes to its history first (both in one atomic write)."""
+    def put(self, skill: Skill, keep_history: bool = True) -> None:
+        """Write ``skill``; the version it replaces goes to its history first (both in one atomic write), unless
+        ``keep_history`` is False (an erase: the replaced text must not survive)."""
         writes = {self._path(skill.name): render_skill(skill).encode()}
-        old = self._files.read_bytes(self._path(skill.name))
+        old = self._files.read_bytes(self._path(skill.name)) if keep_history else None
         if old is not None:
             previous = parse_skill(old.decode("utf-8")).version
             writes[f"{self._dir}/history/{skill.name}/v{previous}.md"] = old
@@ -63,7 +64,11 @@ class SkillStore:
         """Remove ``name`` and its history; how many files went (0: there was no such skill)."""
         if not _valid(name):
             return 0
-        return self._files.remove(self._path(name)) + self._files.remove(f"{self._dir}/history/{name}")
+        return self.drop_history(name) + self._files.remove(self._path(name))
+
+    def drop_history(self, name: str) -> int:
+        """Remove the versions kept of ``name``; how many files went."""
+        return self._files.remove(f"{self._dir}/history/{name}") if _valid(name) else 0
 
 
 def _valid(name: str) -> bool:

@@ -68,9 +68,16 @@ class Layout:
         return f"{cls.session_dir(tenant, session)}/state.json"
 
     @staticmethod
-    def skills_dir(tenant: str, agent: str | None = None) -> str:
+    def agents_skills_dir(tenant: str) -> str:
+        """The folder of every agent's private skills (one folder per agent)."""
+        return f"{check_id(tenant)}/skills/agent"
+
+    @classmethod
+    def skills_dir(cls, tenant: str, agent: str | None = None) -> str:
         """A tenant's skills (``shared``), or one agent's private ones (``agent/<agent>``)."""
-        return f"{check_id(tenant)}/skills/" + (f"agent/{check_id(agent)}" if agent else "shared")
+        if agent:
+            return f"{cls.agents_skills_dir(tenant)}/{check_id(agent)}"
+        return f"{check_id(tenant)}/skills/shared"
 
 
 def users(files: FileStore, tenant: str | None = None) -> Iterator[tuple[str, str]]:

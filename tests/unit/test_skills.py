@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 
 from mnemoflow.errors import NotFound
+from mnemoflow.governance.erase import Eraser
+from mnemoflow.index import InMemoryVectorStore
 from mnemoflow.offload.entries import read_ref
 from mnemoflow.prompts.skills import Rewritten, SkillReply
 from mnemoflow.skills.distil import TaskTrace, code_area, distil, project_root
+from mnemoflow.skills.forget import forget_session
 from mnemoflow.skills.index import rank_skills, skills_index
 from mnemoflow.skills.learn import learn_session, learn_session_with_model
 from mnemoflow.skills.merge import fold, lexical_similarity
@@ -211,3 +214,31 @@ def test_with_a_model_the_pass_rewrites_new_tasks_only(tmp_path: Path) -> None:
     assert (first.action, first.skill) == ("store", "utc-offsets")
     (again,) = asyncio.run(learn_session_with_model(files, "t", "s1", NOW, llm))
     assert again.action == "skip" and len(llm.calls) == 1  # a task already distilled is not sent to the model
+
+
+def test_erasing_a_session_takes_what_skills_learnt_from_it(tmp_path: Path) -> None:
+    files = replayed(tmp_path, "s1", EN)
+    asyncio.run(replay(files, "s2", trajectory(EN.replace("+05:30", "-08:00"))))
+    asyncio.run(replay(files, "s3", trajectory("Fix the unicode crash in slugify.make_slug for emoji titles, please.")))
+    for session in ("s1", "s2", "s3"):
+        learn_session(files, "t", session, NOW)
+    store = SkillStore(files, "t")
+    merged = next(s for s in store.all() if len(s.sources) == 2)
+    assert store.history(merged.name) == [1]
+    eraser = Eraser(files, InMemoryVectorStore(dim=8, embedding_model="x"))
+    eraser.erase_session("t", "s1", NOW, "op-1")
+    # Every step was s1's (s2 brought the same ones): nothing of the skill is left, so it goes with its history...
+    assert merged.name not in store.names() and store.history(merged.name) == []
+    assert len(store.names()) == 1  # ...and the skill from s3 is untouched
+    # s2's task is in no skill any more: the next pass distils it again, from s2 alone.
+    (again,) = learn_session(files, "t", "s2", NOW)
+    assert again.action == "store" and store.get(again.skill or "").sources == ("s2#001",)
+    # A skill that keeps steps of another session loses only the erased one's.
+    mixed = store.get(again.skill or "")
+    step = mixed.steps[0].model_copy(update={"source": NodeRef(session="s3", node_id="001-N1")})
+    store.put(mixed.model_copy(update={"steps": (*mixed.steps, step), "sources": ("s2#001", "s3#001")}))
+    eraser.erase_session("t", "s2", NOW, "op-2")
+    left = store.get(mixed.name)
+    assert left.sources == ("s3#001",) and [s.source.session for s in left.steps] == ["s3"]
+    assert store.history(mixed.name) == []  # no version holds s2's text
+    assert forget_session(files, "t", "s2", NOW) == 0  # a second run finds nothing of the session
