@@ -225,6 +225,7 @@ class SessionShard:
         A malformed request comes back refused with the reason (nothing was written), so the API answers 4xx.
         """
         key = (tenant, session)
+        arrived = time.perf_counter()
         async with self._lock(key):
             started = time.perf_counter()
             try:
@@ -244,7 +245,8 @@ class SessionShard:
                 self._metrics.compacted(time.perf_counter() - started)
             if self._llm is not None:
                 self._refine_later(key, load_state(self._files, *key))
-            return CompactReply.of(result)
+            reply = CompactReply.of(result)
+            return reply.model_copy(update={"shard_ms": (time.perf_counter() - arrived) * 1000})
 
     def stats(self) -> dict[str, Any]:
         """Sessions held and loaded; with a model, the background pass: items per ``stage/outcome``, sessions
