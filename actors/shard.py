@@ -228,6 +228,7 @@ class SessionShard:
         A malformed request comes back refused with the reason (nothing was written), so the API answers 4xx.
         """
         key = (tenant, session)
+        arrived = time.perf_counter()
         async with self._lock(key):
             started = time.perf_counter()
             tasks_before = load_state(self._files, *key).canvas_counter
@@ -251,7 +252,8 @@ class SessionShard:
                 self._learn_later(tenant, session, after.active_canvas)
             if self._llm is not None:
                 self._refine_later(key, after)
-            return CompactReply.of(result)
+            reply = CompactReply.of(result)
+            return reply.model_copy(update={"shard_ms": (time.perf_counter() - arrived) * 1000})
 
     def _learn_later(self, tenant: str, session: str, active: str | None) -> None:
         """A new long task began, so the ones before it ended: distil them into skills in the background (the

@@ -70,7 +70,7 @@ from bench.locomo_recall import (
     uid,
     workspace,
 )
-from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
+from bench.report import Run, Table, result_path  # noqa: E402
 from bench.store_latency import VERSIONS, Corpus, open_backend, stats, timed  # noqa: E402
 from mnemoflow.config import TOPIC_COMMANDS, TOPIC_TURNS, Settings  # noqa: E402
 from mnemoflow.embedding.factory import build_embedder
@@ -905,8 +905,7 @@ def main() -> None:
                     "user over agents hides no shared fact, and the cost of per-author windows against the unsplit "
                     "ingest"
                 )
-    default = smoke_out("agents") if args.smoke else RESULTS / f"agents{'-quick' if args.quick else ''}.json"
-    run.finish(tables, result, Path(args.out) if args.out else default, notes=notes)
+    run.finish(tables, result, result_path("agents", args.out, smoke=args.smoke, quick=args.quick), notes=notes)
     leaks = result.get("fleet", {}).get("leaks", 0)
     if leaks:
         raise SystemExit(f"{leaks} leaks: see 'leaked' in the result file")

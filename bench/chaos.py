@@ -75,7 +75,7 @@ from bench.chaos_checks import (  # noqa: E402
     wait_quiet,
 )
 from bench.chaos_stack import UpProcess, free_port  # noqa: E402
-from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
+from bench.report import Run, Table, result_path  # noqa: E402
 from mnemoflow.client.calls import batches as chunks  # noqa: E402
 from mnemoflow.events import ToolResultIn, TurnIn  # noqa: E402
 from mnemoflow.replay import from_locomo, from_messages  # noqa: E402
@@ -916,7 +916,7 @@ def main() -> None:
             shutil.rmtree(root, ignore_errors=True)
     if not args.keep:
         del result["data_dir"]
-    out = args.out or (smoke_out("chaos") if args.smoke else RESULTS / f"chaos{'-quick' if args.quick else ''}.json")
+    out = result_path("chaos", args.out, smoke=args.smoke, quick=args.quick)
     run_.finish(tables(result), json.loads(json.dumps(result, default=str)), out)
     if args.keep:
         print(f"data and logs kept in {root}")

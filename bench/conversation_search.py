@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
+from bench.report import Run, Table, result_path  # noqa: E402
 from mnemoflow.events import TurnEvent  # noqa: E402
 from mnemoflow.lexical import bm25_scores
 from mnemoflow.memory.conversations import INDEX_FILE, ConversationIndex
@@ -174,10 +174,10 @@ def main() -> None:
     title = f"{args.messages:,} messages over {args.days} day files, one user, limit {args.limit}"
     notes = [f"L0 {r['l0_mb']} MB, index {r['index_mb']} MB; same top ids as the scan: {r['same_top_ids']}"]
     out = {"messages": args.messages, "days": args.days, "limit": args.limit, "results": r}
-    default = RESULTS / f"conversation_search{'-quick' if args.quick else ''}.json"
-    default = smoke_out("conversation_search") if args.smoke else default
     table = Table(title=title, columns=["method", "p50 ms", "p99 ms", "mean ms"], rows=rows)
-    run_.finish([table], out, Path(args.out) if args.out else default, notes=notes)
+    run_.finish(
+        [table], out, result_path("conversation_search", args.out, smoke=args.smoke, quick=args.quick), notes=notes
+    )
 
 
 if __name__ == "__main__":

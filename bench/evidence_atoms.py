@@ -41,7 +41,7 @@ from bench.locomo_recall import (  # noqa: E402
     without_atom,
 )
 from bench.longmemeval_recall import safe, turn_event, turns_of  # noqa: E402
-from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
+from bench.report import Run, Table, result_path  # noqa: E402
 from mnemoflow.events import TurnEvent  # noqa: E402
 from mnemoflow.memory.l0 import L0Writer  # noqa: E402
 from mnemoflow.memory.l1.heuristic import HeuristicExtractor  # noqa: E402
@@ -116,7 +116,7 @@ def main() -> None:
     ap.add_argument("--out", help="default bench/results/evidence_atoms.json (with --smoke, the temp folder)")
     ap.add_argument("--smoke", action="store_true", help="the first conversation or question of each set (the tests)")
     args = ap.parse_args()
-    out = Path(args.out) if args.out else smoke_out("evidence_atoms") if args.smoke else RESULTS / "evidence_atoms.json"
+    out = result_path("evidence_atoms", args.out, smoke=args.smoke)
     loaders = load_module(Path(args.eval_dir) / "loaders.py", "mnemoflow_eval_loaders")
     eval_dir = Path(args.eval_dir)
     first = 1 if args.smoke else None

@@ -74,7 +74,27 @@ def _stub_app() -> Any:
     return app
 
 
-async def _drive(handle: Any, users: int) -> dict[str, float]:
+HOW = {
+    "end_to_end": "client",
+    "serve_hop": "derived: end_to_end - replica",
+    "replica": "extractor's reply",
+    "queued": "derived: replica - pass",
+    "pass": "extractor's reply",
+}
+"""The stages of one extraction request, in the stage table's order, with where each figure comes from:
+end_to_end, the handle's call as a stream worker waits for it; serve_hop, Serve's call and its batch wait; replica,
+the extractor replica from the request's batch starting to its reply; queued, the wait there for the user's lock
+and the pass loop; pass, the L1 pass itself."""
+
+
+def stage_times() -> Any:
+    from bench.stages import StageTimes
+
+    return StageTimes(dict(HOW))
+
+
+async def _drive(handle: Any, users: int, stages: Any = None, kind: str = "") -> dict[str, float]:
+    """``stages`` (a :class:`bench.stages.StageTimes`): each request's stages, as ``kind``."""
     queue: asyncio.Queue[str] = asyncio.Queue()
     for k in range(users):
         queue.put_nowait(f"u{k}")
@@ -87,6 +107,19 @@ async def _drive(handle: Any, users: int) -> dict[str, float]:
             result = await handle.run.remote(("bench", user))
             assert result.ok, result
             latencies.append(time.perf_counter() - start)
+            if stages is not None:
+                end_to_end = latencies[-1] * 1000
+                stages.request(kind)
+                stages.add_all(
+                    kind,
+                    {
+                        "end_to_end": end_to_end,
+                        "serve_hop": end_to_end - result.replica_ms,
+                        "replica": result.replica_ms,
+                        "queued": result.replica_ms - result.pass_ms,
+                        "pass": result.pass_ms,
+                    },
+                )
 
     started = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(CONCURRENCY)))
@@ -99,7 +132,7 @@ async def _drive(handle: Any, users: int) -> dict[str, float]:
     }
 
 
-def _measure(engine: str, batch: int, users: int, url: str | None) -> dict[str, float]:
+def _measure(engine: str, batch: int, users: int, url: str | None, stages: Any = None) -> dict[str, float]:
     from ray import serve
 
     from mnemoflow.config import Settings
@@ -116,24 +149,24 @@ def _measure(engine: str, batch: int, users: int, url: str | None) -> dict[str, 
             serve.run(build_llm_app(settings), name="llm", route_prefix=None)
         handle = serve.run(build_extractor_app(settings, max_batch_size=batch), name="extractor", route_prefix=None)
         try:
-            return asyncio.run(_drive(handle, users))
+            return asyncio.run(_drive(handle, users, stages, f"{engine}, {'batched' if batch > 1 else 'unbatched'}"))
         finally:
             serve.delete("extractor")
             if engine == "model_server":
                 serve.delete("llm")
 
 
-def extraction_benchmark(quick: bool, users: int | None = None) -> dict[str, Any]:
-    """Needs a running Ray (the caller starts it). ``users``: requests per engine and mode (default 48 quick, 160)."""
+def extraction_benchmark(quick: bool, users: int | None = None, stages: Any = None) -> dict[str, Any]:
+    """Needs a running Ray (the caller starts it). ``users``: requests per engine and mode (default 48 quick, 160).
+    ``stages`` (from :func:`stage_times`): each request's stages, by ``<engine>, <mode>``."""
     from tests.services import asgi_server
 
     users = users or (48 if quick else 160)
     out: dict[str, Any] = {"users": users, "concurrency": CONCURRENCY, "stub_latency_ms": LATENCY_S * 1000}
-    out["heuristic"] = {mode: _measure("heuristic", b, users, None) for mode, b in (("batched", 16), ("unbatched", 1))}
+    modes = (("batched", 16), ("unbatched", 1))
+    out["heuristic"] = {mode: _measure("heuristic", b, users, None, stages) for mode, b in modes}
     with asgi_server(_stub_app()) as url:
-        out["model_server"] = {
-            mode: _measure("model_server", b, users, url) for mode, b in (("batched", 16), ("unbatched", 1))
-        }
+        out["model_server"] = {mode: _measure("model_server", b, users, url, stages) for mode, b in modes}
     out["batched"], out["unbatched"] = out["model_server"]["batched"], out["model_server"]["unbatched"]
     for engine in ("heuristic", "model_server"):
         out[engine]["speedup"] = round(out[engine]["batched"]["rps"] / out[engine]["unbatched"]["rps"], 2)

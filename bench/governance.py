@@ -40,7 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.report import Run, Table  # noqa: E402
+from bench.report import Run, Table, result_path  # noqa: E402
 from mnemoflow.config import Settings  # noqa: E402
 from mnemoflow.embedding.factory import build_embedder
 from mnemoflow.events import TurnEvent
@@ -61,7 +61,6 @@ from mnemoflow.storage import LocalFileStore
 from mnemoflow.testing import files_holding
 
 EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval" / "locomo" / "locomo-dev.json"
-RESULTS = Path(__file__).resolve().parent / "results" / "governance.json"
 TENANT, BIG = "bench", "big-user"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -302,7 +301,7 @@ def main() -> None:
         ["bytes of the erased user left anywhere", str(result["residue_bytes_after_erase"])],
         ["other users untouched", str(all(result["others_untouched"].values()))],
     ]
-    out = args.out or RESULTS.with_name(f"governance{'-quick' if args.quick else ''}.json")
+    out = result_path("governance", args.out, quick=args.quick)
     table = Table(title=f"Governance, embedder {args.embedder}", columns=["measure", "value"], rows=rows)
     run_.finish([table], result, out)
 

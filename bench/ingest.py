@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
+from bench.report import Run, Table, result_path  # noqa: E402
 from mnemoflow.cli.stack import Stack  # noqa: E402
 from mnemoflow.config import TOPIC_TURNS, Settings  # noqa: E402
 from mnemoflow.events import TurnEvent  # noqa: E402
@@ -244,8 +244,7 @@ def main() -> None:
         ["stack PSS idle / loaded (MiB)", f"{results['idle_pss_mib']:,} / {results['loaded_pss_mib']:,}", ""],
     ]
     columns = ["path", "embedded Apache Kafka (default)", "tansu (memory only)"]
-    out = RESULTS / ("ingest-quick.json" if args.quick else "ingest.json")
-    out = Path(args.out) if args.out else smoke_out("ingest") if args.smoke else out
+    out = result_path("ingest", args.out, smoke=args.smoke, quick=args.quick)
     run.finish([Table(title="Ingest into L0", columns=columns, rows=rows)], results, out)
 
 

@@ -55,7 +55,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.recall_scale import WARMUP, recall_ms  # noqa: E402
-from bench.report import Run, Table  # noqa: E402
+from bench.report import Run, Table, result_path  # noqa: E402
 from bench.store_latency import Corpus  # noqa: E402
 from mnemoflow.config import Settings  # noqa: E402
 from mnemoflow.embedding.factory import build_embedder
@@ -478,14 +478,7 @@ def main() -> None:
     args = ap.parse_args()
     loaders = load_module(Path(args.eval_dir) / "loaders.py", "mnemoflow_eval_loaders")
     data = Path(args.data) if args.data else Path(args.eval_dir) / "locomo" / "locomo-dev.json"
-    out = (
-        Path(args.out)
-        if args.out
-        else ROOT
-        / "bench"
-        / "results"
-        / f"locomo_recall{f'-{data.stem}' if args.data else ''}{'-quick' if args.quick else ''}.json"
-    )
+    out = result_path(f"locomo_recall{f'-{data.stem}' if args.data else ''}", args.out, quick=args.quick)
     convs = loaders.load_locomo(str(data))
     convs = convs[:1] if args.quick else convs
     run = Run("locomo_recall", f"Evidence recall on {data.stem}: L1 atoms (heuristic) against raw-turn baselines")

@@ -58,7 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.locomo_recall import TurnClock, heuristic_pipeline, within, workspace  # noqa: E402
-from bench.report import Run, Table  # noqa: E402
+from bench.report import Run, Table, result_path  # noqa: E402
 from mnemoflow.config import Settings  # noqa: E402
 from mnemoflow.embedding.factory import build_embedder  # noqa: E402
 from mnemoflow.events import TurnEvent  # noqa: E402
@@ -200,7 +200,7 @@ def main() -> None:
             first.setdefault(item["question_type"], item)
         items = list(first.values())
     suffix = "".join(f"-{part}" for part in ("quick" if args.quick else "", args.types or "") if part)
-    out = Path(args.out) if args.out else ROOT / "bench" / "results" / f"longmemeval_recall{suffix}.json"
+    out = result_path(f"longmemeval_recall{suffix}", args.out)
     embedder = build_embedder(Settings(embedder=args.embedder))
     run = Run("longmemeval_recall", "Evidence recall on LongMemEval-S dev: L1 atoms (heuristic) against raw turns")
     records = measure(items, Path(args.records) if args.records else out.with_suffix(".jsonl"), embedder)

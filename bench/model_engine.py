@@ -82,7 +82,7 @@ from bench.locomo_recall import (  # noqa: E402
 )
 from bench.offload import canvas_figures, chain, load, official_validity  # noqa: E402
 from bench.proxy import pct  # noqa: E402
-from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
+from bench.report import Run, Table, result_path  # noqa: E402
 from bench.scenes import gold_coverage, user_atoms  # noqa: E402
 from mnemoflow.config import ModelStage, Settings  # noqa: E402
 from mnemoflow.embedding import HashingEmbedder  # noqa: E402
@@ -585,7 +585,6 @@ def main() -> None:
                 rows=stage_rows("model", usage),
             )
         )
-    suffix = f"{args.model}{'-quick' if args.quick else ''}"
     notes = [
         "R@10 atoms: bench/locomo_recall.py's evaluate() on the sample's questions (categories 1-4, all evidence in "
         "the sample, one evidence turn said by the memory's user); a hit when a top-10 atom cites an evidence turn. "
@@ -606,13 +605,8 @@ def main() -> None:
         "after the last one, not concurrently, so the CPU the model would take from a compaction is not measured.",
         "Prompts: " + ", ".join(f"{k} {v}" for k, v in result["prompts"].items()) + ".",
     ]
-    out = (
-        Path(args.out)
-        if args.out
-        else smoke_out("model_engine")
-        if args.smoke
-        else RESULTS / f"model_engine-{suffix}.json"
-    )
+    name = "model_engine" if args.smoke else f"model_engine-{args.model}"
+    out = result_path(name, args.out, smoke=args.smoke, quick=args.quick)
     run.finish(tables, result, out, notes=notes)
 
 

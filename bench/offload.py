@@ -42,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
+from bench.report import Run, Table, result_path  # noqa: E402
 from mnemoflow.offload.boundary import canvas_for_seq  # noqa: E402
 from mnemoflow.offload.canvas import from_mermaid, validate_mermaid
 from mnemoflow.offload.config import OffloadConfig
@@ -422,13 +422,7 @@ async def main() -> None:
                 file=sys.stderr,
             )
         report[set_name] = by_window
-    out = (
-        Path(args.out)
-        if args.out
-        else smoke_out("offload")
-        if args.smoke
-        else RESULTS / f"offload{'-quick' if args.quick else ''}.json"
-    )
+    out = result_path("offload", args.out, smoke=args.smoke, quick=args.quick)
     run.finish(tables(report), report, out)
 
 

@@ -44,7 +44,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.report import Run, Table  # noqa: E402
+from bench.report import Run, Table, result_path  # noqa: E402
 from bench.store_latency import MODEL, VERSIONS, Corpus, open_backend, stats, timed  # noqa: E402
 from mnemoflow.index._common import candidate_depth  # noqa: E402
 from mnemoflow.memory.recall.config import RECIPES
@@ -279,8 +279,8 @@ def main() -> None:
         "RSS MiB: this process after the build (SQLite runs in it); for Milvus, + its server process's.",
         "load: the 1-minute load average when the queries started.",
     ]
-    default = Path(__file__).parent / "results" / f"recall_scale{'-quick' if args.quick else ''}.json"
-    run.finish([Table(title=title, columns=COLUMNS, rows=rows)], out, Path(args.out) if args.out else default, notes)
+    path = result_path("recall_scale", args.out, quick=args.quick)
+    run.finish([Table(title=title, columns=COLUMNS, rows=rows)], out, path, notes)
 
 
 if __name__ == "__main__":

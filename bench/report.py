@@ -29,11 +29,17 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 
 
-def smoke_out(benchmark: str) -> Path:
-    """Where a ``--smoke`` run writes when not given ``--out``: the temp folder, never ``bench/results/``. A smoke
-    run (tiny data, few iterations; what the tests run so that no benchmark rots) says that the benchmark runs, not
-    what it measures, so it must not replace a published result."""
-    return Path(tempfile.gettempdir()) / f"mnemoflow-bench-{benchmark}-smoke.json"
+def result_path(name: str, out: str | Path | None = None, *, smoke: bool = False, quick: bool = False) -> Path:
+    """Where a benchmark writes its result: ``out`` (its ``--out``) when given; for a ``--smoke`` run the temp
+    folder, never ``bench/results/`` (a smoke run, tiny data and few iterations, what the tests run so that no
+    benchmark rots, says that the benchmark runs, not what it measures, so it must not replace a published result);
+    else ``bench/results/<name>.json``, ``<name>-quick.json`` for a ``--quick`` run. ``name``: the benchmark's
+    module name, with the variant the run measured where it has one (``model_engine-qwen2.5-0.5b``)."""
+    if out:
+        return Path(out)
+    if smoke:
+        return Path(tempfile.gettempdir()) / f"mnemoflow-bench-{name}-smoke.json"
+    return RESULTS / f"{name}{'-quick' if quick else ''}.json"
 
 
 class Table(BaseModel):

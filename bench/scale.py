@@ -46,7 +46,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_worker_niceness", "0")
 
 from bench.ingest import produce  # noqa: E402
-from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
+from bench.report import Run, Table, result_path  # noqa: E402
 from mnemoflow.config import TOPIC_TURNS, WORKER_GROUP  # noqa: E402
 from mnemoflow.events import TurnEvent  # noqa: E402
 from tests.cluster import TENANT, ClusterShape, LocalCluster  # noqa: E402
@@ -464,8 +464,7 @@ def main() -> None:
         "quick": args.quick,
         "smoke": args.smoke,
     }
-    out = RESULTS / f"scale{'-quick' if args.quick else ''}.json"
-    out = Path(args.out) if args.out else smoke_out("scale") if args.smoke else out
+    out = result_path("scale", args.out, smoke=args.smoke, quick=args.quick)
     run.finish(tables(results), results, out)
 
 

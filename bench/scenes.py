@@ -52,7 +52,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.report import Run, Table  # noqa: E402
+from bench.report import Run, Table, result_path  # noqa: E402
 from mnemoflow.embedding import HashingEmbedder  # noqa: E402
 from mnemoflow.lexical import words
 from mnemoflow.memory.curation import to_scene_input
@@ -346,8 +346,7 @@ def main() -> None:
     if args.atoms == "gold" and data is not None:
         ap.error("--data needs --atoms l1 (a set without gold observations is scored on L1's atoms)")
     name = "scenes" + ("-l1" if args.atoms == "l1" else "") + (f"-{data.stem}" if data else "")
-    name += "-quick" if args.quick else ""
-    out = Path(args.out) if args.out else Path(__file__).parent / "results" / f"{name}.json"
+    out = result_path(name, args.out, quick=args.quick)
     if args.embedder == "minilm":
         from mnemoflow.embedding import MiniLMEmbedder
 

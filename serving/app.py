@@ -45,6 +45,7 @@ class ApiIngress:
         from mnemoflow.embedding.query_cache import QueryCache
         from mnemoflow.index.factory import open_index
         from mnemoflow.memory.recall.recaller import Recaller
+        from mnemoflow.skills.index import SkillsIndexSource
         from mnemoflow.storage import LocalFileStore
 
         embedder, store = open_index(self._settings)
@@ -52,7 +53,8 @@ class ApiIngress:
         # replica's first recall came back empty on a busy machine.
         embedder.embed(["warm up"])
         files = LocalFileStore(self._settings.data_dir)
-        return Recaller(store=TimedIndex(store), embedder=QueryCache(embedder), files=files)
+        skills = SkillsIndexSource(files).index
+        return Recaller(store=TimedIndex(store), embedder=QueryCache(embedder), files=files, skills=skills)
 
 
 def build_app(settings: Settings, bootstrap: str, replicas: int = 1) -> Any:

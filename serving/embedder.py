@@ -7,7 +7,9 @@ runs as one ONNX batch. ``ServeEmbedder`` is the :class:`mnemoflow.ports.Embedde
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from ray import serve
@@ -32,22 +34,32 @@ class EmbedderServer:
         self._embedder = build_embedder(settings)
         self._embedder.embed(["warm up"])  # load the model before the first request, not during it
         self._batch_sizes: deque[int] = deque(maxlen=1000)
+        self._batch_ms: deque[float] = deque(maxlen=1000)
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.002)
     async def embed(self, requests: list[list[str]]) -> list[list[list[float]]]:
-        self._batch_sizes.append(len(requests))
-        flat = [text for texts in requests for text in texts]
-        vectors = await asyncio.to_thread(self._embedder.embed, flat)
-        return _split(vectors, requests)
+        return await self._batch(self._embedder.embed, requests)
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.002)
     async def embed_query(self, requests: list[list[str]]) -> list[list[list[float]]]:
+        return await self._batch(self._embedder.embed_query, requests)
+
+    async def _batch(
+        self, embed: Callable[[list[str]], list[list[float]]], requests: list[list[str]]
+    ) -> list[list[list[float]]]:
+        started = time.perf_counter()
         self._batch_sizes.append(len(requests))
-        vectors = await asyncio.to_thread(self._embedder.embed_query, [text for texts in requests for text in texts])
+        vectors = await asyncio.to_thread(embed, [text for texts in requests for text in texts])
+        self._batch_ms.append((time.perf_counter() - started) * 1000)
         return _split(vectors, requests)
 
     def info(self) -> dict[str, Any]:
         return {"dim": self._embedder.dim, "model_id": self._embedder.model_id}
+
+    def batch_ms(self) -> list[float]:
+        """Each batch's time in this replica, ms (the model call; Serve's batch wait is before it), most recent
+        last (bounded): with ``batch_sizes``, what a slow embedding call spent here rather than on its hop."""
+        return list(self._batch_ms)
 
     def batch_sizes(self) -> list[int]:
         """Requests per batch, most recent last (bounded): shows whether callers were batched together."""

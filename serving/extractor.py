@@ -13,6 +13,7 @@ import fcntl
 import functools
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -114,7 +115,8 @@ class ExtractorServer:
             if not entry[1][0]:
                 del self._locks[key]
 
-    async def _locked_run(self, tenant: str, user: str, parent: str | None = None) -> Any:
+    async def _locked_run(self, tenant: str, user: str, parent: str | None = None) -> tuple[L1RunResult, float]:
+        """The pass's result and its own time, ms (the locks' waits not in it)."""
         lock = self._data_dir / Layout.user_dir(tenant, user) / "state" / "l1.lock"
         async with self._user((tenant, user)), across_replicas(lock):  # and one pass per user across replicas
             run = functools.partial(self._pipeline.run, tenant, user)
@@ -123,6 +125,7 @@ class ExtractorServer:
                 result = await (run() if self._tracing is None else traced_pass(self._tracing, parent, tenant, run))
                 return result, self.store.count(tenant)
 
+            started = time.perf_counter()
             try:
                 result, rows = await self._work(counted)
             except Exception:
@@ -130,7 +133,7 @@ class ExtractorServer:
                 raise
             self._metrics.ran(result, self._pipeline.deduper.stats)
             self._metrics.rows(tenant, rows)
-            return result
+            return result, (time.perf_counter() - started) * 1000
 
     async def apply_operation(self, event: OperationEvent) -> OperationReply:
         """Apply one memory operation (the commands topic's worker calls it in partition order)."""
@@ -147,7 +150,7 @@ class ExtractorServer:
     async def _run_user(self, tenant: str, user: str, parent: str | None = None) -> L1RunReply:
         """``parent``: the traceparent of the worker's span (tracing on); a request that joins a run in flight
         joins its span too."""
-        key = (tenant, user)
+        key, started = (tenant, user), time.perf_counter()
         task = self._running.get(key)
         if task is None:
             task = asyncio.ensure_future(self._locked_run(tenant, user, parent))
@@ -155,7 +158,9 @@ class ExtractorServer:
             self._metrics.running(len(self._running))
             task.add_done_callback(lambda _: self._finished(key))
         try:
-            return L1RunReply(ok=True, result=await asyncio.shield(task))
+            result, pass_ms = await asyncio.shield(task)
+            replica_ms = (time.perf_counter() - started) * 1000
+            return L1RunReply(ok=True, result=result, replica_ms=replica_ms, pass_ms=pass_ms)
         except Exception as exc:  # reported to the job handler, which retries with backoff or parks it
             return L1RunReply.failed(exc)
 

@@ -6,6 +6,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 
 from mnemoflow.memory.recall.recaller import RecallResult
 
+STAGE_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""From a millisecond: capture planning and a kept recall's version read take about that."""
+
 
 class ApiMetrics:
     def __init__(self) -> None:
@@ -25,6 +28,18 @@ class ApiMetrics:
             ["outcome"],
             registry=self.registry,
         )
+
+        self.proxy_stages = Histogram(
+            "mnemoflow_proxy_stage_seconds",
+            "Time of each stage of the proxy's requests (mnemoflow.proxy.pipeline.STAGES), those after the answer "
+            "(capture, capture_answer) included",
+            ["stage"],
+            buckets=STAGE_BUCKETS_S,
+            registry=self.registry,
+        )
+
+    def proxy_stage(self, stage: str, ms: float) -> None:
+        self.proxy_stages.labels(stage).observe(ms / 1000)
 
     def recalled(self, result: RecallResult) -> None:
         self.recalls.labels("timed_out" if result.timed_out else result.degraded or "full").inc()

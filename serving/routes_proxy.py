@@ -4,8 +4,10 @@ An agent changes its base URL to ``http://<mnemoflow>/v1`` and its API key to a 
 captured, recalled for and compacted (:class:`mnemoflow.proxy.pipeline.MemoryProxy`) in this replica, with the
 same Kafka producer, session shards and recaller as the other routes, then forwarded to the configured upstream.
 The upstream's answer comes back unchanged (status, body, streamed chunks as they arrive), with ``x-mnemoflow-*``
-headers saying what was captured, recalled and compacted. The answer's text is captured as an assistant turn
-after it is delivered, so capture adds nothing to the answer's latency.
+headers saying what was captured, recalled and compacted, and a ``Server-Timing`` header with the time of each
+stage the request went through (:data:`mnemoflow.proxy.pipeline.STAGES`), the upstream's and the proxy's total
+included; every stage also goes to the ``mnemoflow_proxy_stage_seconds`` histogram. The answer's text is captured as
+an assistant turn after it is delivered, so capture adds nothing to the answer's latency.
 
 A key bound to an agent or a team is that agent on the proxy as on the API: its captures carry its agent and team,
 it recalls what that agent may see, and ``X-Mnemoflow-Agent`` / ``X-Mnemoflow-Team`` naming another answer 404.
@@ -13,6 +15,7 @@ it recalls what that agent may see, and ``X-Mnemoflow-Agent`` / ``X-Mnemoflow-Te
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -28,7 +31,7 @@ from mnemoflow.memory.recall.sources import context_digest
 from mnemoflow.offload.replies import CompactReply
 from mnemoflow.proxy.answer import StreamedAnswer, answer_text
 from mnemoflow.proxy.capture import CaptureLog
-from mnemoflow.proxy.pipeline import AGENT_HEADER, TEAM_HEADER, MemoryProxy, Prepared, parse_chat
+from mnemoflow.proxy.pipeline import AGENT_HEADER, TEAM_HEADER, MemoryProxy, Prepared, parse_chat, server_timing
 from mnemoflow.scopes import Caller, Viewer
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.tokens import load_tokenizer
@@ -79,8 +82,16 @@ class StackMemory:
 
 
 def _passed_headers(response: httpx.Response, ours: dict[str, str]) -> dict[str, str]:
+    """The upstream's headers less the hop-by-hop ones, then ours; an upstream's own ``Server-Timing`` follows
+    ours in the one header."""
     kept = {k: v for k, v in response.headers.items() if k.lower() not in HOP_HEADERS}
-    return {**kept, **ours}
+    timing = kept.pop("server-timing", None)
+    out = {**kept, **ours}
+    if timing and "server-timing" in out:
+        out["server-timing"] = f"{out['server-timing']}, {timing}"
+    elif timing:
+        out["server-timing"] = timing
+    return out
 
 
 def _openai_error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
@@ -113,7 +124,7 @@ def proxy_router(deps: ApiDeps, gate: Any) -> APIRouter:
         # upstream never proxies and does not hold it (~80 MB)
         load_tokenizer()
     captures = CaptureLog(LocalFileStore(settings.data_dir, fsync=False))  # a cache of ids: a loss costs a resend
-    proxy = MemoryProxy(StackMemory(deps), captures, settings)
+    proxy = MemoryProxy(StackMemory(deps), captures, settings, observe=deps.metrics.proxy_stage)
     upstream = settings.proxy_upstream
     http = httpx.AsyncClient(timeout=httpx.Timeout(settings.proxy_upstream_timeout_seconds, connect=10))
     key = settings.proxy_upstream_api_key
@@ -153,6 +164,7 @@ def proxy_router(deps: ApiDeps, gate: Any) -> APIRouter:
             return _openai_error(503, str(exc))
 
     async def _chat(request: Request, caller: Caller) -> Response:
+        started = time.perf_counter()
         tenant, headers = caller.tenant, acting_headers(caller, request.headers)
         try:
             raw = json.loads(await request.body())
@@ -164,24 +176,38 @@ def proxy_router(deps: ApiDeps, gate: Any) -> APIRouter:
         forward = {**raw, "messages": prepared.messages}
         try:
             if body.stream:
-                return await _stream(tenant, url, forward, prepared, body.messages)
+                return await _stream(tenant, url, forward, prepared, body.messages, started)
+            asked = time.perf_counter()
             response = await http.post(url, json=forward, headers=up_headers)
+            upstream_s = time.perf_counter() - asked
         except httpx.TimeoutException as exc:
             raise HTTPException(504, f"upstream {upstream} timed out", headers=prepared.headers) from exc
         except httpx.HTTPError as exc:
             raise HTTPException(502, f"upstream {upstream} failed: {type(exc).__name__}", prepared.headers) from exc
         if response.status_code == 200:
             _later(proxy.capture_answer(tenant, prepared, body.messages, answer_text(response.content)))
-        return Response(response.content, response.status_code, _passed_headers(response, prepared.headers))
+        ours = _timed(prepared, started, upstream_s)
+        return Response(response.content, response.status_code, _passed_headers(response, ours))
+
+    def _timed(prepared: Prepared, started: float, upstream_s: float) -> dict[str, str]:
+        """``prepared``'s headers with ``Server-Timing``: the memory side's stages, the memory side, the upstream
+        and the proxy's total since ``started`` (this replica's clock); the last two also go to the histogram."""
+        upstream_ms, total_ms = upstream_s * 1000, (time.perf_counter() - started) * 1000
+        deps.metrics.proxy_stage("upstream", upstream_ms)
+        deps.metrics.proxy_stage("total", total_ms)
+        stages = {**prepared.stages_ms, "memory": prepared.memory_ms, "upstream": upstream_ms, "total": total_ms}
+        return {**prepared.headers, "server-timing": server_timing(stages)}
 
     async def _stream(
-        tenant: str, url: str, forward: dict[str, Any], prepared: Prepared, sent: list[dict[str, Any]]
+        tenant: str, url: str, forward: dict[str, Any], prepared: Prepared, sent: list[dict[str, Any]], started: float
     ) -> Response:
+        asked = time.perf_counter()
         response = await http.send(http.build_request("POST", url, json=forward, headers=up_headers), stream=True)
+        ours = _timed(prepared, started, time.perf_counter() - asked)
         if response.status_code != 200:
             content = await response.aread()
             await response.aclose()
-            return Response(content, response.status_code, _passed_headers(response, prepared.headers))
+            return Response(content, response.status_code, _passed_headers(response, ours))
 
         async def relay() -> AsyncIterator[bytes]:
             answer = StreamedAnswer()
@@ -194,6 +220,6 @@ def proxy_router(deps: ApiDeps, gate: Any) -> APIRouter:
             # only a whole answer is captured: a client that left mid-stream never got the rest
             _later(proxy.capture_answer(tenant, prepared, sent, answer.text))
 
-        return StreamingResponse(relay(), 200, _passed_headers(response, prepared.headers))
+        return StreamingResponse(relay(), 200, _passed_headers(response, ours))
 
     return router

@@ -24,6 +24,11 @@ class CompactReply(BaseModel):
     level: Level
     tokens_before: int
     tokens_after: int
+    shard_ms: float = Field(
+        0.0,
+        description="Time the compaction took in the session's shard, ms, from the call's arrival (a wait for the "
+        "session's lock included) to its reply; the rest of what a caller waited is the call's hop.",
+    )
 
     @classmethod
     def of(cls, result: CompactResult) -> CompactReply:

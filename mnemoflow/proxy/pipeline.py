@@ -19,6 +19,10 @@ memory is unchanged (:meth:`MemorySide.recall_version`), so their prompt prefix 
 the memory recall reads makes the next request recall again. The whole memory side has a time budget; past it, or on
 a memory error, the request goes upstream untouched (``proxy_fail_open``) and the ``x-mnemoflow-memory`` header says
 why.
+
+Every stage is timed where it runs (:data:`STAGES`): the request's own in :attr:`Prepared.stages_ms` (the
+serving layer answers them as a ``Server-Timing`` header), and each one, the captures that run after the request
+included, told to the ``observe`` callback (the serving layer's histogram).
 """
 
 from __future__ import annotations
@@ -54,6 +58,29 @@ U = TypeVar("U")
 Message = dict[str, Any]
 USER_HEADER, SESSION_HEADER, WINDOW_HEADER = "x-mnemoflow-user", "x-mnemoflow-session", "x-mnemoflow-window"
 AGENT_HEADER, TEAM_HEADER = "x-mnemoflow-agent", "x-mnemoflow-team"
+
+STAGES: dict[str, str] = {
+    "capture_plan": "which messages of the array are new (on the request's path)",
+    "recall": "recall as the request waited for it: the version read, then a fresh recall or the session's kept one",
+    "recall_version": "reading the version of the user's memory (whether the session's recall may be reused)",
+    "embed": "the query embedding of a fresh recall",
+    "search": "the index search of a fresh recall (hybrid: dense and BM25, fused)",
+    "context": "the persona and navigation read of a fresh recall (beside embed and search)",
+    "compact": "compaction as the request waited for it (the call to the session's shard)",
+    "compact_shard": "the same compaction inside the shard (its wait for the session's lock included)",
+    "compact_again": "a second compaction to the exact room when recall came back larger than guessed",
+    "compact_again_shard": "that second compaction inside the shard",
+    "memory": "the whole memory side (recall and compaction run at once)",
+    "upstream": "the upstream's answer (to its headers, when streamed)",
+    "total": "the proxy's whole handling, from its route's start to the answer's headers (Serve's hop not in it)",
+    "capture": "publishing the request's new messages, Kafka acknowledged (after the memory side, off its path)",
+    "capture_answer": "publishing the upstream's answer, Kafka acknowledged (after the answer is delivered)",
+}
+"""The proxy's stages, by the name they have in ``Server-Timing``, ``x-mnemoflow-stages-ms`` and the
+``mnemoflow_proxy_stage_seconds`` histogram. Stages run at once or nest, so they do not add up."""
+
+StageObserver = Callable[[str, float], None]
+"""Told every stage a request went through, with its milliseconds (the serving layer's histogram)."""
 
 
 class ChatRequest(BaseModel):
@@ -163,8 +190,11 @@ class MemoryProxy:
         settings: Settings,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         recall_cache: int = 10_000,
+        observe: StageObserver | None = None,
     ) -> None:
+        """``observe``: told every stage's time (:data:`STAGES`), those of the captures after the request too."""
         self._memory = memory
+        self._observe = observe
         self._captures = captures
         self._settings = settings
         self._clock = clock
@@ -204,7 +234,16 @@ class MemoryProxy:
         out.headers["x-mnemoflow-memory-ms"] = f"{out.memory_ms:.1f}"
         if out.stages_ms:
             out.headers["x-mnemoflow-stages-ms"] = "; ".join(f"{k}={v:.1f}" for k, v in out.stages_ms.items())
+        for stage, ms in {**out.stages_ms, "memory": out.memory_ms}.items():
+            self._noted(stage, ms)
         return out
+
+    def _noted(self, stage: str, ms: float) -> None:
+        if self._observe is not None:
+            try:
+                self._observe(stage, ms)
+            except Exception:  # noqa: BLE001 - a metrics failure must not fail the request
+                log.exception("proxy stage observer failed on %s", stage)
 
     def _bypass(self, out: Prepared, body: ChatRequest, why: str) -> None:
         if not self._settings.proxy_fail_open:
@@ -217,10 +256,12 @@ class MemoryProxy:
         ident = out.identity
         key = (tenant, ident.session)
         publishing = self._publishing.get(key, frozenset())
+        planning = time.perf_counter()
         captured = self._captures.captured(*key) | publishing
         plan = plan_capture(
             body.messages, ident.user, ident.session, captured, self._clock(), agent=ident.agent, team=ident.team
         )
+        out.stages_ms["capture_plan"] = (time.perf_counter() - planning) * 1000
         if plan.turns or plan.results:
             # Published by prepare once the memory side is done. What another request is still publishing is not
             # recorded with this capture: that request records it, or, if its publish fails, the next one sends it.
@@ -230,7 +271,7 @@ class MemoryProxy:
             f"turns={len(plan.turns)}; tool_results={len(plan.results)}; too_large={plan.skipped}"
         )
         query = _latest_query(body.messages)
-        recalling = _timed(out, "recall", self._recall(tenant, ident, query))
+        recalling = _timed(out, "recall", self._recall(out, tenant, query))
         messages = body.messages
         if ident.window is None:
             recall = await recalling
@@ -279,7 +320,10 @@ class MemoryProxy:
     ) -> CompactReply:
         if budget <= 0:
             raise InvalidInput(f"window {ident.window} leaves no room for the prompt after the answer's reserve")
-        return await _timed(out, stage, self._memory.compact(tenant, ident.session, messages, budget))
+        reply = await _timed(out, stage, self._memory.compact(tenant, ident.session, messages, budget))
+        if reply.shard_ms:
+            out.stages_ms[f"{stage}_shard"] = reply.shard_ms
+        return reply
 
     def _background(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
@@ -290,24 +334,27 @@ class MemoryProxy:
         """Off the request's path: nothing in this request waits for its own capture (a tool result compaction
         finds no offload entry for yet stays in the array as sent). A failure is logged, and as the ids were not
         recorded, the next request of the session publishes them again."""
+        start = time.perf_counter()
         try:
             await self._memory.publish(tenant, plan.turns, plan.results)
             await asyncio.to_thread(self._captures.record, tenant, session, plan.ids)
         except Exception as exc:  # noqa: BLE001 - the request has gone on; the next one retries the capture
             log.warning("proxy capture failed in %s/%s (retried next request): %r", tenant, session, exc)
         finally:
+            self._noted("capture", (time.perf_counter() - start) * 1000)
             key = (tenant, session)
             if rest := self._publishing.pop(key, frozenset()) - plan.new_ids:
                 self._publishing[key] = rest
 
-    async def _recall(self, tenant: str, ident: Identity, query: tuple[str, str] | None) -> RecallResult | None:
+    async def _recall(self, out: Prepared, tenant: str, query: tuple[str, str] | None) -> RecallResult | None:
         """Recall for the latest user message. The tool steps of the same user turn reuse it while the user's
         memory has not changed since (its version is read before recalling, so a write during the recall only
-        makes the next request recall again)."""
+        makes the next request recall again). A fresh recall's own stages (embed, search, context) join ``out``'s."""
         if query is None:
             return None
+        ident = out.identity
         (text, turn), key = query, (tenant, ident.session)
-        version = await self._memory.recall_version(tenant, ident.user, ident.viewer)
+        version = await _timed(out, "recall_version", self._memory.recall_version(tenant, ident.user, ident.viewer))
         kept = self._recalls.pop(key)
         if (
             kept is not None
@@ -317,6 +364,7 @@ class MemoryProxy:
             self._recalls.put(key, kept)
             return kept.result
         result = await self._memory.recall(tenant, ident.user, text, ident.viewer)
+        out.stages_ms.update(result.stages_ms)
         user = (tenant, ident.user)
         self._largest.put(user, max(recall_tokens(result), self._largest.pop(user) or 0))
         if version is not None:
@@ -330,11 +378,14 @@ class MemoryProxy:
         turn = answer_turn(sent, text, ident.user, ident.session, self._clock(), agent=ident.agent, team=ident.team)
         if turn is None:
             return False
+        start = time.perf_counter()
         try:
             await self._memory.publish(tenant, [turn], [])
         except Exception as exc:  # noqa: BLE001 - the agent has its answer; the next request captures it again
             log.warning("proxy could not capture the answer in %s/%s: %r", tenant, prepared.identity.session, exc)
             return False
+        finally:
+            self._noted("capture_answer", (time.perf_counter() - start) * 1000)
         return True
 
 
@@ -383,6 +434,12 @@ async def _timed(out: Prepared, stage: str, work: Awaitable[T]) -> T:
         return await work
     finally:
         out.stages_ms[stage] = (time.perf_counter() - start) * 1000
+
+
+def server_timing(stages: Mapping[str, float]) -> str:
+    """Stage times as a ``Server-Timing`` header value (W3C Server Timing), ``recall;dur=12.3, compact;dur=4.1``:
+    what browsers' developer tools and HTTP clients show of where a request spent its time on the server."""
+    return ", ".join(f"{name};dur={ms:.1f}" for name, ms in stages.items())
 
 
 def parse_chat(raw: Any) -> ChatRequest:

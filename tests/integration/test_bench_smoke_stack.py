@@ -34,12 +34,20 @@ def test_serving_and_extraction(tmp_path: Path) -> None:
     """bench/serving.py, which runs bench/extraction.py's measure (on LoCoMo turns): a one-machine Ray of its own,
     the embedder and extractor deployments, and one short call of the smallest fetched model."""
     result = run_bench("serving", "--smoke", out=tmp_path / "serving.json", timeout=600)
-    check_report(result, "serving", {"embed_per_s", "extraction", "cpu_engine", "serve_b64_vs_inproc"})
+    check_report(result, "serving", {"embed_per_s", "extraction", "cpu_engine", "serve_b64_vs_inproc", "stages"})
     assert set(result["embed_per_s"]) == {"inproc_b1", "inproc_b64", "serve_b1", "serve_b64"}
     extraction = result["extraction"]
     assert extraction["users"] == 4
     for engine in ("heuristic", "model_server"):
         assert all(extraction[engine][mode]["rps"] > 0 for mode in ("batched", "unbatched")), extraction[engine]
+    stages = result["stages"]
+    embeddings, extractions = stages["embeddings"]["by_kind"], stages["extraction"]["by_kind"]
+    assert set(embeddings) == {"serve_b1", "serve_b64"} and len(extractions) == 4
+    for kind in [*embeddings.values(), *extractions.values()]:
+        assert kind["requests"] > 0 and {"end_to_end", "serve_hop", "replica"} <= kind["stages_ms"].keys(), kind
+        assert all(s["n"] == kind["requests"] and s["p50"] <= s["p99"] for s in kind["stages_ms"].values()), kind
+    assert all("pass" in kind["stages_ms"] for kind in extractions.values())
+    assert stages["embeddings"]["how"]["serve_hop"].startswith("derived")  # a subtraction says it is one
     if is_verified(MODELS[TEST_MODEL], Settings().models_dir / MODELS[TEST_MODEL].file_name):
         assert set(result["cpu_engine"]) == {TEST_MODEL}, result["cpu_engine"]
 
@@ -47,7 +55,8 @@ def test_serving_and_extraction(tmp_path: Path) -> None:
 def test_serve_ingress(tmp_path: Path) -> None:
     """A fresh one-machine Ray per ingress kind (Serve's proxy, and direct ingress), 10 requests each."""
     result = run_bench("serve_ingress", "--smoke", out=tmp_path / "serve_ingress.json", timeout=600)
-    assert result["requests"] == 10 and {"proxy", "direct"} <= result.keys()
+    check_report(result, "serve_ingress", {"requests", "proxy", "direct"})
+    assert result["requests"] == 10
     for kind in ("proxy", "direct"):
         assert 0 < result[kind]["p50"] <= result[kind]["p90"] <= result[kind]["p99"], result[kind]
 
@@ -68,11 +77,26 @@ def test_proxy(tmp_path: Path, apache_kafka: EmbeddedKafka) -> None:
     env = {"MNEMOFLOW_KAFKA_BOOTSTRAP": apache_kafka.bootstrap}
     args = ["--smoke", "--embedder", "minilm"]
     result = run_bench("proxy", *args, out=tmp_path / "proxy.json", timeout=600, env=env)
-    check_report(result, "proxy", {"added_latency_ms", "prompt_tokens", "latency", "tokens"})
+    report = check_report(result, "proxy", {"added_latency_ms", "prompt_tokens", "latency", "tokens", "stages"})
     assert result["requests_per_mode"] == 2 and result["tokens"]["requests"] == 4
     assert result["seeded_atoms_found"] > 0  # recall searched a real index
     assert result["prompt_tokens"]["proxy"] > 0 and result["prompt_tokens"]["direct"] > 0
     assert {"first", "repeat"} <= result["latency"].keys()
+    by_kind, how = result["stages"]["by_kind"], result["stages"]["how"]
+    assert set(by_kind) == {"first", "repeat", "agent_step"}
+    assert (by_kind["first"]["requests"], by_kind["agent_step"]["requests"]) == (2, 4)
+    every = {"end_to_end", "serve_hop", "total", "capture_plan", "memory", "recall", "compact", "upstream"}
+    for kind, got in by_kind.items():
+        stages = got["stages_ms"]
+        assert every | {"capture_answer"} <= stages.keys(), (kind, sorted(stages))
+        assert all(s["p50"] <= s["p99"] and s["n"] <= got["requests"] for s in stages.values()), (kind, stages)
+        assert stages["end_to_end"]["p50"] >= stages["total"]["p50"] >= stages["memory"]["p50"], (kind, stages)
+    first = by_kind["first"]["stages_ms"]
+    assert {"embed", "search", "context", "compact_shard", "capture"} <= first.keys()  # a fresh recall, 20 captured
+    assert first["capture"]["n"] == 2 and "capture" not in by_kind["repeat"]["stages_ms"]  # nothing new to capture
+    assert how["serve_hop"].startswith("derived") and how["compact_hop"].startswith("derived")
+    [stage_table] = [t for t in report.tables if t.title.startswith("Where the time goes")]
+    assert [row[0] for row in stage_table.rows][:3] == ["end_to_end", "serve_hop", "total"]
 
 
 @slow

@@ -134,6 +134,7 @@ def test_compaction_goes_to_the_session_actor(setup: tuple) -> None:
         "tokens_after": 40,
         "canvas": None,
         "removed": [{"tool_call_id": "c0", "how": "dropped", "ref": "refs/c0.md", "node_id": None}],
+        "shard_ms": 0.0,  # a fake shard, which does not time itself
     }
     assert client.get("/v1/sessions/s/nodes/N1", headers=KEY).status_code == 404
     assert client.get("/v1/sessions/s/canvases", headers=KEY).json() == []

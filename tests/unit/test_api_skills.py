@@ -14,6 +14,7 @@ from mnemoflow.index import InMemoryVectorStore
 from mnemoflow.memory.recall.recaller import Recaller
 from mnemoflow.offload.owner import owner_path
 from mnemoflow.retry import RetryPolicy
+from mnemoflow.skills.index import SkillsIndexSource
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.testing import ListBus
 from serving.api import create_api
@@ -38,7 +39,13 @@ def client(tmp_path: Path) -> TestClient:
     store = InMemoryVectorStore(dim=64, embedding_model=EMB.model_id)
     files = LocalFileStore(tmp_path)
     return TestClient(
-        create_api(settings, ListBus(), recaller_factory=lambda: Recaller(store=store, embedder=EMB, files=files))
+        create_api(
+            settings,
+            ListBus(),
+            recaller_factory=lambda: Recaller(
+                store=store, embedder=EMB, files=files, skills=SkillsIndexSource(files).index
+            ),
+        )
     )
 
 

@@ -6,12 +6,14 @@ tests/integration/test_proxy_stack.py.
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from mnemoflow.config import TOPIC_TOOL_RESULTS, TOPIC_TURNS, Settings
@@ -166,6 +168,27 @@ def test_capture_recall_compaction_and_an_unchanged_answer(stack: Stack) -> None
             time.sleep(0.02)
         assert [t["content"] for t in stack.turns() if t["role"] == "assistant"] == ["Bonjour Ana.", "Bonjour Ana."]
         assert len({t["message_id"] for t in stack.turns() if t["role"] == "assistant"}) == 1  # one message in L0
+
+
+def test_the_answer_says_each_stages_time_and_the_metrics_count_them(stack: Stack) -> None:
+    """``Server-Timing`` names every stage the request went through, measured where it ran; the histogram gets
+    them too, and the captures that run after the answer."""
+    for client in stack.run():
+        raw = client.chat.completions.with_raw_response.create(model="stub", messages=CONVERSATION)
+        timing = dict(part.split(";dur=") for part in raw.headers["server-timing"].split(", "))
+        stages = {name: float(ms) for name, ms in timing.items()}
+        expected = {"capture_plan", "recall_version", "recall", "embed", "search", "context", "compact", "memory"}
+        assert expected | {"upstream", "total"} == stages.keys()
+        assert stages["total"] >= stages["memory"] + stages["upstream"] - 0.2  # rounding to 0.1 ms, twice
+        assert stages["memory"] >= max(stages["recall"], stages["compact"]) - 0.1  # the two run at once
+        base = str(client.base_url).removesuffix("/").removesuffix("v1")
+        deadline, counted = time.monotonic() + 5, {}
+        while time.monotonic() < deadline and not {"capture", "capture_answer"} <= counted.keys():
+            text = httpx.get(f"{base}metrics").text
+            found = re.findall(r'mnemoflow_proxy_stage_seconds_count\{stage="(\w+)"\} (\S+)', text)
+            counted = {name: float(n) for name, n in found}
+            time.sleep(0.02)
+        assert counted == dict.fromkeys([*stages, "capture", "capture_answer"], 1.0)
 
 
 def test_a_key_bound_to_an_agent_is_that_agent_on_the_proxy(tmp_path: Path) -> None:

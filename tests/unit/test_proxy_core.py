@@ -13,7 +13,7 @@ from mnemoflow.offload.replies import CompactReply
 from mnemoflow.proxy.answer import StreamedAnswer, answer_text
 from mnemoflow.proxy.capture import CaptureLog, answer_turn, plan_capture
 from mnemoflow.proxy.inject import inject_recall, recall_tokens
-from mnemoflow.proxy.pipeline import ChatRequest, MemoryProxy, Prepared, identify
+from mnemoflow.proxy.pipeline import ChatRequest, MemoryProxy, Prepared, identify, server_timing
 from mnemoflow.scopes import Viewer
 from mnemoflow.storage import LocalFileStore
 
@@ -244,6 +244,7 @@ class ScriptedMemory:
         self.refuse_below = 0
         self._compacting = asyncio.Event()
         self.viewers: list[Viewer] = []
+        self.shard_ms = 0.0
 
     async def publish(self, tenant: str, turns: list, results: list) -> None:
         return None
@@ -264,7 +265,9 @@ class ScriptedMemory:
         if window < self.refuse_below:  # as the shard does, before writing anything
             raise InvalidInput(f"window of {window} tokens is too small for the last user message")
         kept = [messages[0], messages[-1]]  # what a compaction to this budget keeps, stood in for
-        return CompactReply(messages=kept, removed=[], level="aggressive", tokens_before=500, tokens_after=40)
+        return CompactReply(
+            messages=kept, removed=[], level="aggressive", tokens_before=500, tokens_after=40, shard_ms=self.shard_ms
+        )
 
 
 def _prepare(proxy: MemoryProxy, body: ChatRequest, times: int = 1) -> list[Prepared]:
@@ -286,8 +289,55 @@ def test_recall_and_compaction_run_at_once_and_the_upstream_gets_what_sequential
     assert prepared.headers["x-mnemoflow-memory"] == "ok"  # recall waited for compaction to start: no deadlock
     assert memory.budgets == [8192 - 192 - 1000]  # the prompt less the recall reserve, fixed before recall ends
     assert prepared.messages == inject_recall([ARRAY[0], ARRAY[1]], recall)  # compacted, then recall injected
-    assert set(prepared.stages_ms) == {"recall", "compact"}
+    assert set(prepared.stages_ms) == {"capture_plan", "recall_version", "recall", "compact"}
     assert "x-mnemoflow-recall-degraded" not in prepared.headers
+
+
+def test_every_stage_is_timed_for_the_headers_and_the_observer_the_captures_after_the_request_too(
+    tmp_path: Path,
+) -> None:
+    """A fresh recall's own stages and the shard's side of a compaction join the request's; the captures, which run
+    after the memory side, reach the observer only (the histogram), each once."""
+    recall = RecallResult(
+        prepend_context="tea", system_context="", hits=[], persona="", stages_ms={"embed": 3.0, "search": 2.0}
+    )
+    memory = ScriptedMemory(recall, concurrent=False)
+    memory.shard_ms = 4.5
+    seen: list[tuple[str, float]] = []
+    settings = Settings(proxy_windows={"m": 8192})
+    captures = CaptureLog(LocalFileStore(tmp_path, fsync=False))
+    proxy = MemoryProxy(memory, captures, settings, clock=lambda: NOW, observe=lambda s, ms: seen.append((s, ms)))
+
+    async def run() -> Prepared:
+        prepared = await proxy.prepare(
+            "acme", ChatRequest(model="m", messages=ARRAY[:2]), {"x-mnemoflow-session": "s1"}
+        )
+        await settled(proxy)
+        assert await proxy.capture_answer("acme", prepared, ARRAY[:2], "Noted.")
+        return prepared
+
+    prepared = asyncio.run(run())
+    stages = prepared.stages_ms
+    assert set(stages) == {"capture_plan", "recall_version", "recall", "embed", "search", "compact", "compact_shard"}
+    assert (stages["embed"], stages["search"], stages["compact_shard"]) == (3.0, 2.0, 4.5)  # as measured where run
+    assert stages["recall"] >= stages["recall_version"] and all(ms >= 0 for ms in stages.values())
+    assert "embed=3.0; search=2.0" in prepared.headers["x-mnemoflow-stages-ms"]
+    names = [name for name, _ in seen]
+    assert sorted(names) == sorted([*stages, "memory", "capture", "capture_answer"])  # each stage once
+    assert dict(seen)["memory"] == prepared.memory_ms
+    assert server_timing({"recall": 12.345, "total": 60}) == "recall;dur=12.3, total;dur=60.0"
+
+
+def test_a_failing_observer_does_not_fail_the_request(tmp_path: Path) -> None:
+    def broken(stage: str, ms: float) -> None:
+        raise RuntimeError("metrics away")
+
+    memory = ScriptedMemory(RecallResult(prepend_context="", system_context="", hits=[], persona=""), False)
+    proxy = MemoryProxy(
+        memory, CaptureLog(LocalFileStore(tmp_path, fsync=False)), Settings(), clock=lambda: NOW, observe=broken
+    )
+    [prepared] = _prepare(proxy, ChatRequest(model="m", messages=ARRAY[:2]))
+    assert prepared.headers["x-mnemoflow-memory"] == "ok"
 
 
 def test_a_recall_answered_by_bm25_alone_is_said_in_the_headers(tmp_path: Path) -> None:

@@ -131,6 +131,23 @@ def test_a_late_embedding_answers_from_bm25_and_says_so(tmp_path: Path) -> None:
     assert full.degraded is None and full.hits[0].dense_rank is not None
 
 
+def test_a_recall_says_where_it_spent_its_time(tmp_path: Path) -> None:
+    files = LocalFileStore(tmp_path)
+    files.write_atomic("t/users/u/persona.md", b"Ana is a chemist.")
+    store = InMemoryVectorStore(dim=64, embedding_model=EMB.model_id)
+    store.upsert([row(1, "u", "Ana drinks oat milk")])
+    slow = Recaller(store=store, embedder=SlowEmbedder(64), files=files, config=RecallConfig(embed_deadline_s=1))
+    out = asyncio.run(slow.recall("t", "u", "oat milk"))
+    assert set(out.stages_ms) == {"embed", "search", "context"}
+    assert 300 <= out.stages_ms["embed"] <= out.elapsed_ms  # the embedding's 0.3 s, measured as the recall waited
+    assert 0 <= out.stages_ms["search"] < 300 and out.stages_ms["context"] >= 0
+    late = Recaller(store=store, embedder=SlowEmbedder(64), files=files, config=RecallConfig(embed_deadline_s=0.05))
+    lexical = asyncio.run(late.recall("t", "u", "oat milk"))
+    assert lexical.degraded == "lexical" and 50 <= lexical.stages_ms["embed"] < 300  # given up at its deadline
+    bm25 = Recaller(store=store, embedder=EMB, files=files, config=RecallConfig(methods=("bm25",)))
+    assert set(asyncio.run(bm25.recall("t", "u", "oat milk")).stages_ms) == {"search", "context"}  # no embedding
+
+
 class CountingEmbedder(HashingEmbedder):
     def __init__(self) -> None:
         super().__init__(64)

@@ -68,6 +68,11 @@ class L1RunReply(BaseModel):
     ok: bool
     error: str | None = None
     result: L1RunResult | None = None
+    replica_ms: float = 0.0
+    """Time in the extractor replica, ms, from the request's batch starting to this reply (waits for the user's
+    lock and for the pass loop included); what the caller waited beyond it is Serve's hop and batch wait."""
+    pass_ms: float = 0.0
+    """The pass itself, ms (a request that joined a pass in flight: that whole pass's time)."""
 
     @classmethod
     def failed(cls, exc: BaseException) -> L1RunReply:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -42,9 +42,9 @@ from mnemoflow.ports import Embedder, FileStore
 from mnemoflow.ports.clock import Clock, SystemClock
 from mnemoflow.ports.vectors import AtomType, Hit, VectorStore
 from mnemoflow.scopes import SHARED, Viewer, scope_parts
-from mnemoflow.skills.index import SkillsIndexSource
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class RecallHit(BaseModel):
@@ -86,6 +86,11 @@ class RecallResult(BaseModel):
     degraded: Literal["lexical"] | None = None
     """``lexical``: the query embedding missed its deadline, so the hits are BM25's alone."""
     elapsed_ms: float = 0.0
+    stages_ms: dict[str, float] = {}
+    """Where the recall spent its time, ms, each measured as the request waited for it: ``embed`` (the query
+    embedding; absent when it did not run, e.g. under ``min_query_chars``), ``search`` (the index search and
+    fusion), ``context`` (the persona and navigation read, which runs beside the other two, so the stages do not
+    add up to ``elapsed_ms``). Empty from :meth:`Recaller.recall_sync`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +109,11 @@ class DrillDown:
     hidden: int = 0
 
 
+SkillsIndex = Callable[[str, Sequence[str]], str]
+"""The skills index of a tenant for a viewer's scopes (:meth:`mnemoflow.skills.index.SkillsIndexSource.index`): a
+seam, so that recall's core does not load the skill pass (the API passes it; without it recall shows no skills)."""
+
+
 class Recaller:
     def __init__(
         self,
@@ -112,6 +122,7 @@ class Recaller:
         embedder: Embedder,
         files: FileStore,
         context: ContextSource | None = None,
+        skills: SkillsIndex | None = None,
         config: RecallConfig | None = None,
         tools: ToolNames | None = None,
         clock: Clock | None = None,
@@ -119,7 +130,7 @@ class Recaller:
         self._store, self._embedder, self._files = store, embedder, files
         self._clock = clock or SystemClock()
         self._context = context or FileContextSource(files)
-        self._skills = SkillsIndexSource(files)
+        self._skills = skills
         self.config = config or RecallConfig()
         self.tools = tools or ToolNames()
 
@@ -175,7 +186,7 @@ class Recaller:
         scopes = (SHARED,) if viewer is None else viewer.scopes()
         persona = scoped_context(scopes, partial(self._context.persona, tenant, user), cfg.max_persona_chars)
         nav = scoped_context(scopes, partial(self._context.navigation, tenant, user), cfg.max_navigation_chars)
-        return persona, nav, self._skills.index(tenant, scopes)
+        return persona, nav, self._skills(tenant, scopes) if self._skills is not None else ""
 
     def _rendered(
         self,
@@ -185,6 +196,7 @@ class Recaller:
         timed_out: bool = False,
         degraded: Literal["lexical"] | None = None,
         elapsed_ms: float = 0.0,
+        stages_ms: dict[str, float] | None = None,
     ) -> RecallResult:
         cfg = config or self.config
         lines = fit([memory_line(h.row, cfg.max_line_chars, self.tools) for h in hits], cfg.max_prepend_chars)
@@ -197,6 +209,7 @@ class Recaller:
             timed_out=timed_out,
             degraded=degraded,
             elapsed_ms=elapsed_ms,
+            stages_ms=stages_ms or {},
         )
 
     def recall_sync(
@@ -218,11 +231,13 @@ class Recaller:
     ) -> RecallResult:
         cfg = config or self.config
         start = time.perf_counter()
-        contexts = asyncio.ensure_future(asyncio.to_thread(self.contexts, tenant, user, cfg, viewer))
+        stages: dict[str, float] = {}
+        contexts = asyncio.ensure_future(_timed(stages, "context", self.contexts, tenant, user, cfg, viewer))
         hits: list[Hit] = []
         degraded: Literal["lexical"] | None = None
         try:
-            hits, degraded = await asyncio.wait_for(self._search(tenant, user, query, cfg, viewer), cfg.timeout_s)
+            search = self._search(tenant, user, query, cfg, viewer, stages)
+            hits, degraded = await asyncio.wait_for(search, cfg.timeout_s)
             timed_out = False
         except TimeoutError:
             timed_out = True
@@ -230,28 +245,33 @@ class Recaller:
             contexts.cancel()  # a failed search answers nothing; its persona read is not waited for
             raise
         elapsed = (time.perf_counter() - start) * 1000
-        return self._rendered(hits, await contexts, cfg, timed_out, degraded, elapsed)
+        return self._rendered(hits, await contexts, cfg, timed_out, degraded, elapsed, stages)
 
     async def _search(
-        self, tenant: str, user: str, query: str, cfg: RecallConfig, viewer: Viewer | None
+        self, tenant: str, user: str, query: str, cfg: RecallConfig, viewer: Viewer | None, stages: dict[str, float]
     ) -> tuple[list[Hit], Literal["lexical"] | None]:
-        """The hits, embedding the query within ``embed_deadline_s`` or falling back to BM25 alone."""
+        """The hits, embedding the query within ``embed_deadline_s`` (when BM25 can answer alone) or falling back
+        to BM25 alone. Notes the ``embed`` and ``search`` stages in ``stages``."""
         query = query[: cfg.max_query_chars]
-        if "vector" not in cfg.methods or "bm25" not in cfg.methods or len(query.strip()) < cfg.min_query_chars:
-            return await asyncio.to_thread(self.hits, tenant, user, query, None, cfg, viewer=viewer), None
-        try:
-            embedding = asyncio.to_thread(self._embedder.embed_query, [query])
-            (vector,) = await asyncio.wait_for(embedding, cfg.embed_deadline_s)
-        except TimeoutError:
-            log.warning(
-                "recall for %s/%s: the query embedding missed its %.0f ms deadline; answering from BM25 alone",
-                tenant,
-                user,
-                cfg.embed_deadline_s * 1000,
-            )
-            lexical = cfg.model_copy(update={"methods": ("bm25",)})
-            return await asyncio.to_thread(self.hits, tenant, user, query, None, lexical, viewer=viewer), "lexical"
-        return await asyncio.to_thread(self.hits, tenant, user, query, vector, cfg, viewer=viewer), None
+        vector: Sequence[float] | None = None
+        if "vector" in cfg.methods and len(query.strip()) >= cfg.min_query_chars:
+            embedding = _timed(stages, "embed", self._embedder.embed_query, [query])
+            try:
+                if "bm25" in cfg.methods:
+                    (vector,) = await asyncio.wait_for(embedding, cfg.embed_deadline_s)
+                else:  # nothing to fall back to: the search waits for its vector
+                    (vector,) = await embedding
+            except TimeoutError:
+                log.warning(
+                    "recall for %s/%s: the query embedding missed its %.0f ms deadline; answering from BM25 alone",
+                    tenant,
+                    user,
+                    cfg.embed_deadline_s * 1000,
+                )
+                lexical = cfg.model_copy(update={"methods": ("bm25",)})
+                hits = await _timed(stages, "search", self.hits, tenant, user, query, None, lexical, viewer=viewer)
+                return hits, "lexical"
+        return await _timed(stages, "search", self.hits, tenant, user, query, vector, cfg, viewer=viewer), None
 
     def memory_search(
         self,
@@ -300,6 +320,16 @@ class Recaller:
         msgs = [m for m in read_l0(self._files, tenant, user, limit=10**7) if m.id in ids] if ids else []
         shown = [m for m in msgs if visible is None or m.scope in visible]
         return DrillDown(record, shown, len(msgs) - len(shown))
+
+
+async def _timed(stages: dict[str, float], stage: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn`` in a worker thread, its time as the caller waited for it (the thread's start included) noted in
+    ``stages``, also when it fails or its caller gives up on it."""
+    start = time.perf_counter()
+    try:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    finally:
+        stages[stage] = (time.perf_counter() - start) * 1000
 
 
 SCOPE_TITLES = {
