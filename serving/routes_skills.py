@@ -97,19 +97,9 @@ def skills_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         skills = store(caller, scope)
         async with deps.skills.lock(caller.tenant, scope):
             try:
-                old = skills.get(name)
+                new = await asyncio.to_thread(skills.edit, edited, datetime.now(UTC))
             except NotFound as exc:
                 raise HTTPException(404, str(exc)) from exc
-            new = edited.model_copy(
-                update={
-                    "created": old.created,
-                    "sources": old.sources,
-                    "version": old.version + 1,
-                    "updated": datetime.now(UTC),
-                    "engine": "edited",
-                }
-            )
-            await asyncio.to_thread(skills.put, new)
         return SkillSummary.of(new)
 
     @router.delete("/v1/skills/{name}", status_code=204)

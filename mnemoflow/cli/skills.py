@@ -78,18 +78,17 @@ def edit(
     """Replace a skill with an edited file; the old version is kept in its history."""
     from mnemoflow.skills.model import parse_skill
 
-    store = _store(tenant, agent, data_dir)
     try:
-        old, edited = store.get(name), parse_skill(source.read_text(encoding="utf-8"))
-    except NotFound as exc:
-        raise typer.BadParameter(str(exc)) from exc
+        edited = parse_skill(source.read_text(encoding="utf-8"))
     except ValueError as exc:
         raise typer.BadParameter(f"{source} is not a skill file: {exc}") from exc
     if edited.name != name:
         raise typer.BadParameter(f"{source} names skill {edited.name!r}, not {name!r}")
-    update = {"created": old.created, "sources": old.sources, "version": old.version + 1, "engine": "edited"}
-    store.put(edited.model_copy(update={**update, "updated": datetime.now(UTC)}))
-    console.print(f"{name}: version {old.version + 1} (version {old.version} kept in its history)")
+    try:
+        new = _store(tenant, agent, data_dir).edit(edited, datetime.now(UTC))
+    except NotFound as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    console.print(f"{name}: version {new.version} (version {new.version - 1} kept in its history)")
 
 
 @app.command(epilog=see("concepts/skills.md"))

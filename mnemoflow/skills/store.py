@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+from datetime import datetime
 
 from mnemoflow.errors import NotFound
 from mnemoflow.ports.files import FileStore
@@ -54,6 +55,22 @@ class SkillStore:
             previous = parse_skill(old.decode("utf-8")).version
             writes[f"{self._dir}/history/{skill.name}/v{previous}.md"] = old
         self._files.write_atomic_many(writes)
+
+    def edit(self, edited: Skill, now: datetime) -> Skill:
+        """Replace the stored skill of ``edited.name`` with a person's edit (:class:`NotFound` if there is none):
+        ``created``, ``sources`` and the version come from the stored one, which goes to the history."""
+        old = self.get(edited.name)
+        new = edited.model_copy(
+            update={
+                "created": old.created,
+                "sources": old.sources,
+                "version": old.version + 1,
+                "updated": now,
+                "engine": "edited",
+            }
+        )
+        self.put(new)
+        return new
 
     def history(self, name: str) -> list[int]:
         """The versions kept of ``name``, oldest first."""
