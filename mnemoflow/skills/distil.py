@@ -42,6 +42,7 @@ from mnemoflow.skills.model import (
     Skill,
     SkillStep,
     task_key,
+    within_budget,
 )
 
 _TEST_PATH_RE = re.compile(r"(?:^|/)(?:tests?|testing)/|(?:^|/)test_[^/]*$|_test\.\w+$|(?:^|/)conftest\.py$")
@@ -273,16 +274,18 @@ def distil(trace: TaskTrace, now: datetime) -> Distilled:
         SkillStep(text=texts[n.id], source=NodeRef(session=trace.session, node_id=n.id)) for n in live if texts[n.id]
     ]
     goal = trace.canvas.task_goal
-    skill = Skill(
-        name=_name(trace, area),
-        when_to_use=f"{goal} ({area})" if area else goal,
-        area=area,
-        steps=tuple(_fit_steps(steps)),
-        pitfalls=pitfalls_of(trace, root),
-        tools=tuple(dict.fromkeys(c.entry.tool_name for c in every)),
-        sources=(trace.key,),
-        created=now,
-        updated=now,
+    skill = within_budget(
+        Skill(
+            name=_name(trace, area),
+            when_to_use=f"{goal} ({area})" if area else goal,
+            area=area,
+            steps=tuple(_fit_steps(steps)),
+            pitfalls=pitfalls_of(trace, root),
+            tools=tuple(dict.fromkeys(c.entry.tool_name for c in every)),
+            sources=(trace.key,),
+            created=now,
+            updated=now,
+        )
     )
     return Distilled(skill, ok, reason)
 

@@ -20,7 +20,7 @@ from typing import Literal
 
 from mnemoflow.lexical import terms
 from mnemoflow.ports.embedder import Embedder
-from mnemoflow.skills.model import MAX_PITFALLS, MAX_STEPS, Skill
+from mnemoflow.skills.model import MAX_PITFALLS, MAX_STEPS, Skill, within_budget
 
 Similarity = Callable[[Skill, Skill], float]
 LEXICAL_THRESHOLD = 0.5
@@ -78,15 +78,17 @@ def merged(old: Skill, new: Skill, now: datetime, steps: bool = True) -> Skill:
     extra = [s for s in new.steps if _norm(s.text) not in seen_steps] if steps else []
     seen_pits = {_norm(p.text) for p in old.pitfalls}
     pits = [p for p in new.pitfalls if _norm(p.text) not in seen_pits]
-    return old.model_copy(
-        update={
-            "steps": (*old.steps, *extra)[:MAX_STEPS],
-            "pitfalls": (*old.pitfalls, *pits)[:MAX_PITFALLS],
-            "tools": tuple(dict.fromkeys((*old.tools, *new.tools))),
-            "sources": tuple(dict.fromkeys((*old.sources, *new.sources))),
-            "version": old.version + 1,
-            "updated": now,
-        }
+    return within_budget(
+        old.model_copy(
+            update={
+                "steps": (*old.steps, *extra)[:MAX_STEPS],
+                "pitfalls": (*old.pitfalls, *pits)[:MAX_PITFALLS],
+                "tools": tuple(dict.fromkeys((*old.tools, *new.tools))),
+                "sources": tuple(dict.fromkeys((*old.sources, *new.sources))),
+                "version": old.version + 1,
+                "updated": now,
+            }
+        )
     )
 
 

@@ -43,7 +43,8 @@ from mnemoflow.memory.scenes.model import META_END, META_START, format_ts
 from mnemoflow.offload.canvas.model import NODE_ID_PATTERN, NodeId
 
 MAX_STEPS, MAX_PITFALLS, MAX_LINE = 8, 6, 160
-"""Bounds that keep a full skill within ~800 o200k tokens whatever it was merged from."""
+"""Bounds on a skill's parts; :func:`within_budget` holds the whole file to :data:`SKILL_TOKENS`."""
+SKILL_TOKENS = 800
 WHEN_MAX = 240
 NAME_PATTERN = r"[a-z0-9\u4e00-\u9fff][a-z0-9\u4e00-\u9fff-]{0,47}"
 """Lower-case slug (CJK allowed), at most 48 characters: the file name, the index entry and the API path part."""
@@ -211,3 +212,18 @@ def parse_skill(text: str) -> Skill:
         uses=int(fields.get("uses") or 0),
         engine=fields.get("engine", "heuristic"),
     )
+
+
+def within_budget(skill: Skill, budget: int = SKILL_TOKENS) -> Skill:
+    """``skill`` with its last pitfalls, then its middle steps, left out until its file is ``budget`` o200k tokens
+    or fewer (a step or pitfall left out still drills down from the canvas it came from)."""
+    from mnemoflow.tokens import count_tokens  # the tokenizer loads only where a skill is written
+
+    while count_tokens(render_skill(skill)) > budget:
+        if skill.pitfalls:
+            skill = skill.model_copy(update={"pitfalls": skill.pitfalls[:-1]})
+        elif len(skill.steps) > 2:
+            skill = skill.model_copy(update={"steps": (*skill.steps[:-2], skill.steps[-1])})
+        else:
+            break
+    return skill

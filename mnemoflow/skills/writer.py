@@ -2,8 +2,9 @@
 
 Why a rewrite of the draft and not a skill from scratch: the draft already holds what the task did and where each
 step came from; what a model adds is the general procedure (when to use it, steps as instructions). The reply names
-the draft's items by number, so code keeps every reference: an item the model numbers wrongly is dropped, a
-when-to-use too short to describe anything is replaced by the draft's, and a reply that keeps no step, or no valid
+the draft's items by number, so code keeps every reference: an item the model numbers wrongly is dropped, a text
+that keeps none of the draft's names (files, commands, error types) is replaced by the draft's, a when-to-use too
+short to describe anything too, and a reply that keeps no step, or no valid
 reply at all, leaves the draft as the skill (``engine: heuristic``), logged, never guessed at.
 """
 
@@ -16,7 +17,7 @@ from mnemoflow.errors import MnemoflowError
 from mnemoflow.lexical import word_count
 from mnemoflow.ports.llm import LLM
 from mnemoflow.prompts import skills as prompt
-from mnemoflow.skills.model import NAME_PATTERN, Skill
+from mnemoflow.skills.model import NAME_PATTERN, Skill, within_budget
 
 log = logging.getLogger(__name__)
 MIN_WHEN_WORDS = 5
@@ -29,13 +30,32 @@ def _slug(name: str, fallback: str) -> str:
     return slug if re.fullmatch(NAME_PATTERN, slug or "-") else fallback
 
 
+_ANCHOR_RE = re.compile(r"[\w.-]*[/._][\w./-]*\w|\b[A-Z][a-z]+(?:[A-Z][a-z]+)+\b")
+"""What a step or pitfall is about: paths, dotted names, snake_case names and CamelCase names (error types)."""
+
+
+def anchors(text: str) -> set[str]:
+    return {a for a in _ANCHOR_RE.findall(text) if len(a) > 3}
+
+
+def faithful(draft: str, rewritten: str) -> str:
+    """The model's text if it keeps something the draft's names (a file, a command's script, an error type), else
+    the draft's: Qwen2.5 1.5B turned a task's real failures into generic advice ("make sure the hook is tested")
+    and its commands into invented ones."""
+    names = anchors(draft)
+    return rewritten if not names or names & anchors(rewritten) else draft
+
+
 def applied(draft: Skill, reply: prompt.SkillReply) -> Skill | None:
-    """``draft`` with the model's texts, or None when the reply keeps no step of the draft."""
+    """``draft`` with the model's texts (each checked by :func:`faithful`), or None when the reply keeps no step of
+    the draft."""
     steps = [
-        draft.steps[r.n - 1].model_copy(update={"text": r.text}) for r in reply.steps if 1 <= r.n <= len(draft.steps)
+        (step := draft.steps[r.n - 1]).model_copy(update={"text": faithful(step.text, r.text)})
+        for r in reply.steps
+        if 1 <= r.n <= len(draft.steps)
     ]
     pitfalls = [
-        draft.pitfalls[r.n - 1].model_copy(update={"text": r.text})
+        (pit := draft.pitfalls[r.n - 1]).model_copy(update={"text": faithful(pit.text, r.text)})
         for r in reply.pitfalls
         if 1 <= r.n <= len(draft.pitfalls)
     ]
@@ -43,14 +63,16 @@ def applied(draft: Skill, reply: prompt.SkillReply) -> Skill | None:
         return None
     when = reply.when_to_use if word_count(reply.when_to_use) >= MIN_WHEN_WORDS else draft.when_to_use
     when = f"{when} ({draft.area})" if draft.area and draft.area not in when else when
-    return draft.model_copy(
-        update={
-            "name": _slug(reply.name, draft.name),
-            "when_to_use": when,
-            "steps": tuple(dict((s.source, s) for s in steps).values()),
-            "pitfalls": tuple(dict((p.source, p) for p in pitfalls).values()),
-            "engine": "llm",
-        }
+    return within_budget(
+        draft.model_copy(
+            update={
+                "name": _slug(reply.name, draft.name),
+                "when_to_use": when,
+                "steps": tuple(dict((s.source, s) for s in steps).values()),
+                "pitfalls": tuple(dict((p.source, p) for p in pitfalls).values()),
+                "engine": "llm",
+            }
+        )
     )
 
 

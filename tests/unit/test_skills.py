@@ -19,7 +19,7 @@ from mnemoflow.skills.forget import forget_session
 from mnemoflow.skills.index import rank_skills, skills_index
 from mnemoflow.skills.learn import learn_session, learn_session_with_model
 from mnemoflow.skills.merge import fold, lexical_similarity
-from mnemoflow.skills.model import NodeRef, Pitfall, Skill, SkillStep, parse_skill, render_skill
+from mnemoflow.skills.model import NodeRef, Pitfall, Skill, SkillStep, parse_skill, render_skill, within_budget
 from mnemoflow.skills.store import SkillStore
 from mnemoflow.skills.tasks import task_traces
 from mnemoflow.skills.writer import written_by_model
@@ -166,6 +166,20 @@ def test_rank_finds_the_skill_of_the_request() -> None:
     assert rank_skills("日期解析 时区 崩溃", skills, 1)[0].name == "dateparse-时区"
 
 
+def test_a_skill_file_stays_within_its_token_budget() -> None:
+    long_line = "Edit: " + " ".join(f"pkg/module_{i}/file_{i}.py" for i in range(12))
+    ref = NodeRef(session="s", node_id="001-N1")
+    big = _skill("big", "when x").model_copy(
+        update={
+            "steps": tuple(SkillStep(text=long_line, source=ref) for _ in range(8)),
+            "pitfalls": tuple(Pitfall(text=long_line, source=ref) for _ in range(6)),
+        }
+    )
+    assert count_tokens(render_skill(big)) > 800
+    fitted = within_budget(big)
+    assert count_tokens(render_skill(fitted)) <= 800 and fitted.steps[0] == big.steps[0]
+
+
 def test_project_root_and_area() -> None:
     checkout = "/workspace/django__django__3.0"
     code = f"{checkout}/django/contrib/admin/options.py"
@@ -198,6 +212,15 @@ def test_the_model_rewrites_the_draft_by_number_and_code_keeps_every_reference(t
     assert skill.pitfalls[0].source == draft.pitfalls[0].source and skill.sources == draft.sources
     # No valid reply (twice invalid JSON), or a reply keeping no step of the draft: the draft stands.
     assert asyncio.run(written_by_model(draft, ScriptedLLM(["not json", "still not json"]))) == draft
+    # Generic advice in place of the task's failure, an invented command: the draft's text stays.
+    invented = reply.model_copy(
+        update={
+            "steps": [Rewritten(n=4, text="Run the whole test suite with tox to be safe")],
+            "pitfalls": [Rewritten(n=1, text="Make sure the fix is tested thoroughly")],
+        }
+    )
+    kept = asyncio.run(written_by_model(draft, ScriptedLLM([invented])))
+    assert kept.steps[0].text == draft.steps[3].text and kept.pitfalls[0].text == draft.pitfalls[0].text
     vague = asyncio.run(written_by_model(draft, ScriptedLLM([reply.model_copy(update={"when_to_use": "general"})])))
     assert vague.when_to_use == draft.when_to_use  # "general" describes nothing: the task's goal stays
     none_kept = reply.model_copy(update={"steps": [Rewritten(n=8, text="x")]})
