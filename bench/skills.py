@@ -15,9 +15,9 @@ its first user message (the issue text), then the halves swap.
   raw first messages of the source runs (a run found stands for its skill);
 * **size**: o200k tokens of each full skill, and of the system-context index of all skills and of 50 (the 50 are
   distilled from every run, resolved or not, success not required: only their size is measured);
-* **grounding**: the share of steps with a file or command (after the stage) found in the arguments of the source
-  run's tool calls; **drill-down**: the share of steps and pitfalls whose node is on the source canvas with every
-  tool call's ref byte-equal to the run's tool output;
+* **grounding**: the share of steps whose files and commands (after the stage; for a model's sentence, the paths and
+  names in it) are all found in the arguments of the source run's tool calls; **drill-down**: the share of steps
+  and pitfalls whose node is on the source canvas with every tool call's ref byte-equal to the run's tool output;
 * **duplicates** after distilling every resolved run twice (the second pass must store nothing).
 
 Usage: ``python bench/skills.py [--dense] [--llm qwen2.5-1.5b]``; ``--smoke --out PATH`` runs on 6 runs (the tests).
@@ -55,6 +55,7 @@ from mnemoflow.skills.learn import Learnt, learn_session, learn_session_with_mod
 from mnemoflow.skills.merge import Similarity, descriptor, lexical_similarity, vector_similarity  # noqa: E402
 from mnemoflow.skills.model import Skill, render_skill  # noqa: E402
 from mnemoflow.skills.store import SkillStore  # noqa: E402
+from mnemoflow.skills.writer import anchors  # noqa: E402
 from mnemoflow.storage import LocalFileStore  # noqa: E402
 from mnemoflow.testing import ManualClock  # noqa: E402
 from mnemoflow.tokens import count_tokens  # noqa: E402
@@ -114,9 +115,13 @@ def _items(step: str) -> list[str]:
 
 def _in_run(item: str, args: str) -> bool:
     """Every word of ``item`` is in the run's call arguments (a path shown relative to the project root is found
-    inside the absolute one; ``.``, the root itself, is not a word)."""
-    words = [w.strip("'\"") for w in item.rstrip("…").split() if w not in (".", "./")]
-    return bool(words) and all(w.removeprefix("./") in args for w in words)
+    inside the absolute one; ``.``, the root itself, is not a word), or, for a sentence a model wrote, it names
+    files or commands (:func:`mnemoflow.skills.writer.anchors`) and every one of them is there."""
+    words = [w.strip("'\"`") for w in item.rstrip("…").split() if w not in (".", "./")]
+    if words and all(w.removeprefix("./") in args for w in words):
+        return True
+    names = {a.strip("`'\"") for a in anchors(item)}
+    return bool(names) and all(n.removeprefix("./") in args for n in names)
 
 
 def grounded(skill: Skill, runs: dict[str, list[dict[str, Any]]]) -> tuple[int, int]:
