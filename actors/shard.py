@@ -32,14 +32,13 @@ from actors.metrics import ShardMetrics
 from mnemoflow.config import MODEL_STAGES, ModelStage
 from mnemoflow.errors import InvalidInput
 from mnemoflow.offload.entries import OffloadEntry, read_entries
-from mnemoflow.offload.owner import owner_of
 from mnemoflow.offload.refine import RefineReport, refine_due, refine_session
 from mnemoflow.offload.replies import CompactRefused, CompactReply
 from mnemoflow.offload.session import compact_session
 from mnemoflow.offload.session_state import SequenceGap, SessionState, advance, load_state, save_state, save_states
 from mnemoflow.ports import SystemClock
 from mnemoflow.ports.llm import LLM
-from mnemoflow.skills.learn import learn_session, learn_session_with_model
+from mnemoflow.skills.learn import learn_session, learn_session_with_model, owner_agent
 from mnemoflow.storage import LocalFileStore
 from mnemoflow.tokens import load_tokenizer
 from mnemoflow.tracing import TraceExport, from_traceparent, links_to
@@ -261,8 +260,7 @@ class SessionShard:
         runs the idempotent pass again)."""
 
         async def learn() -> None:
-            owner = owner_of(self._files, tenant, session)
-            agent = owner.agent if owner is not None else None
+            agent = owner_agent(self._files, tenant, session)
             unfinished = {active} if active else set()
             now = self._clock.now()
             try:

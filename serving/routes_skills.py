@@ -18,7 +18,7 @@ from mnemoflow.errors import NotFound
 from mnemoflow.offload.owner import may_use, owner_of
 from mnemoflow.scopes import SHARED, Caller, Scope, scope_parts
 from mnemoflow.skills.index import rank_skills
-from mnemoflow.skills.model import NAME_PATTERN, parse_skill, render_skill
+from mnemoflow.skills.model import NAME_PATTERN, Skill, parse_skill, render_skill
 from mnemoflow.skills.store import SkillStore
 from serving.deps import ApiDeps, PathId
 
@@ -39,6 +39,12 @@ class DistilRequest(BaseModel):
     )
 
 
+def summary(skill: Skill) -> SkillSummary:
+    """A skill as the list shows it: its META fields and how many steps and pitfalls it has."""
+    counts = {"steps": len(skill.steps), "pitfalls": len(skill.pitfalls)}
+    return SkillSummary.model_validate({**skill.model_dump(exclude={"steps", "pitfalls", "created"}), **counts})
+
+
 def skills_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
     router = APIRouter(tags=["skills"])
     Holder = Annotated[Caller, Depends(tenant_dep.caller)]
@@ -56,7 +62,7 @@ def skills_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
     async def list_skills(caller: Holder, scope: SkillScope = SHARED) -> list[SkillSummary]:
         """The skills of one scope, by name."""
         skills = await asyncio.to_thread(store(caller, scope).all)
-        return [SkillSummary.of(s) for s in skills]
+        return [summary(s) for s in skills]
 
     @router.post("/v1/skills/search", response_model=list[SkillSummary])
     async def search_skills(body: SkillSearch, caller: Holder) -> list[SkillSummary]:
@@ -64,7 +70,7 @@ def skills_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         shared ones and the key's own agent's."""
         scopes = [SHARED, *([f"agent:{caller.agent}"] if caller.agent else [])]
         skills = [s for scope in scopes for s in await asyncio.to_thread(store(caller, scope).all)]
-        return [SkillSummary.of(s) for s in rank_skills(body.query, skills, body.limit)]
+        return [summary(s) for s in rank_skills(body.query, skills, body.limit)]
 
     @router.get("/v1/skills/{name}")
     async def read_skill(name: SkillName, caller: Holder, scope: Annotated[Scope | None, Query()] = None) -> Response:
@@ -100,7 +106,7 @@ def skills_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
                 new = await asyncio.to_thread(skills.edit, edited, datetime.now(UTC))
             except NotFound as exc:
                 raise HTTPException(404, str(exc)) from exc
-        return SkillSummary.of(new)
+        return summary(new)
 
     @router.delete("/v1/skills/{name}", status_code=204)
     async def delete_skill(name: SkillName, caller: Holder, scope: SkillScope = SHARED) -> Response:
@@ -124,6 +130,6 @@ def skills_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         scope = body.scope or deps.skills.default_scope(caller.tenant, session)
         store(caller, scope)  # the key may write where the skills go, or 404/422
         done = await deps.skills.run(caller.tenant, session, scope)
-        return [LearntOut.of(item) for item in done]
+        return [LearntOut.model_validate(item, from_attributes=True) for item in done]
 
     return router

@@ -12,10 +12,9 @@ import logging
 from collections import defaultdict
 from datetime import UTC, datetime
 
-from mnemoflow.offload.owner import owner_of
 from mnemoflow.ports.files import FileStore
-from mnemoflow.scopes import SHARED, scope_parts
-from mnemoflow.skills.learn import Learnt, learn_session
+from mnemoflow.scopes import SHARED, agent_scope, scope_parts
+from mnemoflow.skills.learn import Learnt, learn_session, owner_agent
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +26,9 @@ class SkillPasses:
         self._background: set[asyncio.Task[list[Learnt]]] = set()
 
     def default_scope(self, tenant: str, session: str) -> str:
-        """Where a session's skills go unless asked: its owner agent's own set (skills are private by default, as
-        in the system we re-implement), else the shared one."""
-        owner = owner_of(self._files, tenant, session)
-        return f"agent:{owner.agent}" if owner is not None and owner.agent else SHARED
+        """Where a session's skills go unless asked (:func:`mnemoflow.skills.learn.owner_agent`)."""
+        agent = owner_agent(self._files, tenant, session)
+        return agent_scope(agent) if agent else SHARED
 
     def lock(self, tenant: str, scope: str) -> asyncio.Lock:
         return self._locks[(tenant, scope)]

@@ -10,8 +10,6 @@ from pydantic import BaseModel, Field
 from mnemoflow.memory.l0 import L0Message
 from mnemoflow.memory.l1.models import L1Record
 from mnemoflow.offload.entries import OffloadEntry
-from mnemoflow.skills.learn import Learnt
-from mnemoflow.skills.model import Skill
 
 
 class Accepted(BaseModel):
@@ -56,23 +54,8 @@ class SkillSummary(BaseModel):
     uses: int
     engine: str
     sources: list[str]
-    steps: int
-    pitfalls: int
-
-    @classmethod
-    def of(cls, skill: Skill) -> SkillSummary:
-        return cls(
-            name=skill.name,
-            when_to_use=skill.when_to_use,
-            area=skill.area,
-            version=skill.version,
-            updated=skill.updated,
-            uses=skill.uses,
-            engine=skill.engine,
-            sources=list(skill.sources),
-            steps=len(skill.steps),
-            pitfalls=len(skill.pitfalls),
-        )
+    steps: int = Field(description="How many steps it has.")
+    pitfalls: int = Field(description="How many pitfalls it has.")
 
 
 class LearntOut(BaseModel):
@@ -80,7 +63,3 @@ class LearntOut(BaseModel):
     action: str = Field(description="store, merge or skip")
     skill: str | None
     reason: str
-
-    @classmethod
-    def of(cls, item: Learnt) -> LearntOut:
-        return cls(task=item.task, action=item.action, skill=item.skill, reason=item.reason)

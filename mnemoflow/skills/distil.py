@@ -180,9 +180,9 @@ def _step_text(stage: str, calls: Sequence[_Call], root: str, changed: set[str])
         verbs: dict[str, list[str]] = {}
         for c in edits:
             verb = c.intent.target.split(" ", 1)[0]
-            verbs.setdefault(_relative(c.intent.path or "", root), [])
-            if verb not in verbs[_relative(c.intent.path or "", root)]:
-                verbs[_relative(c.intent.path or "", root)].append(verb)
+            done = verbs.setdefault(_relative(c.intent.path or "", root), [])
+            if verb not in done:
+                done.append(verb)
         items += [f"{path} ({', '.join(v)})" for path, v in verbs.items()]
     if runs:
         items.append(_relative(strip_shell_prefix(runs[-1].intent.target), root))

@@ -13,6 +13,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
+from mnemoflow.offload.owner import owner_of
 from mnemoflow.ports.files import FileStore
 from mnemoflow.ports.llm import LLM
 from mnemoflow.skills.distil import Distilled, distil
@@ -32,6 +33,13 @@ class Learnt:
     action: str
     skill: str | None
     reason: str
+
+
+def owner_agent(files: FileStore, tenant: str, session: str) -> str | None:
+    """Whose skills a session's tasks become: its owner agent's own (skills are private by default, as in the
+    system we re-implement), else None, the shared set."""
+    owner = owner_of(files, tenant, session)
+    return owner.agent if owner is not None else None
 
 
 def drafts(
@@ -56,13 +64,15 @@ def fold_all(
     """Fold each distilled task into ``store`` in order. Idempotent: a task already among a skill's sources is
     skipped, so a retried or repeated pass adds nothing."""
     out = []
+    existing = {s.name: s for s in store.all()}  # read once, kept up to date with what this pass writes
     for key, item in found:
         if item.skill is None:
             out.append(Learnt(key, "skip", None, item.reason))
             continue
-        decision = fold(store.all(), item.skill, now, succeeded=item.succeeded, similarity=similarity)
+        decision = fold(list(existing.values()), item.skill, now, succeeded=item.succeeded, similarity=similarity)
         if decision.write is not None:
             store.put(decision.write)
+            existing[decision.write.name] = decision.write
         name = decision.write.name if decision.write is not None else decision.target
         reason = decision.reason if item.succeeded else f"{item.reason}; {decision.reason}"
         log.info("skill pass %s task %s: %s %s (%s)", where, key, decision.action, name, reason)

@@ -39,6 +39,7 @@ from typing import Annotated
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from mnemoflow.ids import SafeId, check_id
+from mnemoflow.lexical import is_chinese
 from mnemoflow.memory.scenes.model import META_END, META_START, format_ts
 from mnemoflow.offload.canvas.model import NODE_ID_PATTERN, NodeId
 
@@ -131,14 +132,9 @@ def headings(chinese: bool) -> dict[str, str]:
     return _CHINESE_HEADINGS if chinese else _ENGLISH_HEADINGS
 
 
-def _is_chinese(skill: Skill) -> bool:
-    han = sum(1 for c in skill.when_to_use if "\u4e00" <= c <= "\u9fff")
-    return han * 2 > sum(1 for c in skill.when_to_use if c.isascii() and c.isalpha())
-
-
 def render_skill(skill: Skill) -> str:
     """The file text of ``skill``; :func:`parse_skill` gives it back (times to the second)."""
-    h = headings(_is_chinese(skill))
+    h = headings(is_chinese([skill.when_to_use]))
     meta = [
         META_START,
         f"name: {skill.name}",
