@@ -42,6 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.prefix import shared_prefix  # noqa: E402
 from bench.report import Run, Table, result_path  # noqa: E402
 from mnemoflow.offload.boundary import canvas_for_seq  # noqa: E402
 from mnemoflow.offload.canvas import from_mermaid, validate_mermaid
@@ -134,14 +135,9 @@ class Meter:
         self.prev: list[dict] = []
 
     def add(self, prompt: list[dict]) -> None:
-        tokens = [message_tokens(m) for m in prompt]
-        same = 0
-        for a, b, t in zip(self.prev, prompt, tokens, strict=False):
-            if a != b:
-                break
-            same += t
-        self.total += sum(tokens)
-        self.peak = max(self.peak, sum(tokens))
+        same, tokens, _ = shared_prefix(self.prev, prompt)
+        self.total += tokens
+        self.peak = max(self.peak, tokens)
         self.reused += same
         self.prev = prompt
 

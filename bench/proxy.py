@@ -20,22 +20,29 @@ index.
   received (its ``usage.prompt_tokens``: the stub counts o200k tokens, the same tokenizer for both). Each step is
   also timed on both paths, one right after the other: ``added_ms_per_step`` is what an agent loop of real
   trajectories waits for the proxy (arrays growing to the window, a new tool result captured at every step).
-* **Stages**, per kind of request (first, same array again, agent step), p50 / p99: where the time goes, each stage
-  measured where it runs. The proxy's ``Server-Timing`` header gives the request's own stages (capture planning,
-  recall with its query embedding, search and persona read, compaction as the API waited for it and inside the
-  shard, the upstream, the route's total); the captures that run after the answer (the request's new messages,
-  then the answer) are read from the ``mnemoflow_proxy_stage_seconds`` histogram of ``/metrics``, whose sum steps
-  by exactly one capture's time when it counts one (the benchmark waits for each request's captures before the next
+* **Prefix reuse**: the OpenHands loops above and tau-bench airline runs of three user turns or more replayed the
+  same way (multi-turn chats: recall moves to each new user message), with a skills index in the system part (skills
+  distilled first from 20 OpenHands runs that are not replayed). The stub sends back the messages it received; for
+  every request after its session's first, the tokens of its leading messages equal to the session's previous
+  prompt (:mod:`bench.prefix`), over its tokens, directly and through the proxy, and which message broke the
+  proxied prefix.
+* **Stages**, per kind of request (first, same array again, agent step, chat step), p50 / p99: where the time goes,
+  each stage measured where it runs. The proxy's ``Server-Timing`` header gives the request's own stages (capture
+  planning, recall with its query embedding, search and persona read, compaction as the API waited for it and inside
+  the shard, the upstream, the route's total); the captures that run after the answer (the request's new messages,
+  then the answer) are read from the ``mnemoflow_proxy_stage_seconds`` histogram of ``/metrics``, whose sum steps by
+  exactly one capture's time when it counts one (the benchmark waits for each request's captures before the next
   request, as an agent waiting on a real model would). Derived rows say so: Serve's hop is the client's end to end
   less the route's total, the shard call's hop is compaction as waited for less its time in the shard.
 
 Writes ``bench/results/proxy.json`` (``proxy-quick.json`` with ``--quick``). Usage: ``python bench/proxy.py [--quick]``;
-``--smoke --out PATH``: 20 turns seeded, 2 requests per kind, 4 steps of one trajectory (the tests).
+``--smoke --out PATH``: 20 turns seeded, 2 skills, 2 requests per kind, 4 steps of one run of each set (the tests).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib.util
 import json
 import re
@@ -44,6 +51,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -52,18 +61,23 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.prefix import shared_prefix  # noqa: E402
 from bench.report import Run, Table, result_path  # noqa: E402
+from bench.skills import replay  # noqa: E402
 from bench.stages import StageTimes, parse_server_timing, pct  # noqa: E402
 from mnemoflow.cli.stack import Stack  # noqa: E402
 from mnemoflow.client import Client  # noqa: E402
 from mnemoflow.config import Settings  # noqa: E402
-from mnemoflow.offload.messages import last_user  # noqa: E402
+from mnemoflow.offload.messages import is_injected, last_user  # noqa: E402
 from mnemoflow.proxy.pipeline import STAGES  # noqa: E402
 from mnemoflow.replay import from_locomo  # noqa: E402
+from mnemoflow.skills.learn import learn_session  # noqa: E402
+from mnemoflow.skills.store import SkillStore  # noqa: E402
+from mnemoflow.storage import LocalFileStore  # noqa: E402
 from streams.broker import free_port, stop_process  # noqa: E402
 
 EVAL = ROOT.parent / "shared" / "eval"
-KEY, USER = "bench-key", "bench-user"
+KEY, USER, TENANT = "bench-key", "bench-user", "bench"
 
 
 def loaders() -> Any:
@@ -124,7 +138,12 @@ HOW = {
     "capture_answer": "histogram, after the answer",
 }
 """The stages the stage table shows, in its order, with where each figure comes from."""
-KINDS = {"first": "first request", "repeat": "same array again", "agent_step": "agent step"}
+KINDS = {
+    "first": "first request",
+    "repeat": "same array again",
+    "agent_step": "agent step",
+    "chat_step": "step of a multi-turn chat",
+}
 CAPTURES = ("capture", "capture_answer")
 
 
@@ -173,6 +192,63 @@ class Stages(StageTimes):
             if now[stage][0] > self._seen[stage][0]:
                 self.add(kind, stage, (now[stage][1] - self._seen[stage][1]) * 1000)
         self._seen = now
+
+
+class PrefixReuse:
+    """Prefix reuse (:mod:`bench.prefix`) per path (``direct``, ``proxy``) and kind of session: of every request
+    after its session's first, the tokens of the leading messages equal to the session's previous prompt, over its
+    tokens; and, where a request did not begin with the whole previous prompt, the role of the message it changed."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self.reused: Counter[tuple[str, str]] = Counter()
+        self.total: Counter[tuple[str, str]] = Counter()
+        self.requests: Counter[tuple[str, str]] = Counter()
+        self.breaks: dict[tuple[str, str], Counter[str]] = {}
+
+    def add(self, path: str, kind: str, session: str, messages: list[dict[str, Any]]) -> None:
+        previous = self._last.get((path, session))
+        self._last[(path, session)] = messages
+        if previous is None:
+            return
+        key = (path, kind)
+        same, tokens, broke = shared_prefix(previous, messages)
+        self.reused[key] += same
+        self.total[key] += tokens
+        self.requests[key] += 1
+        if broke is not None:
+            where = "canvas message" if is_injected(previous[broke]) else f"{previous[broke]['role']} message"
+            self.breaks.setdefault(key, Counter())[where] += 1
+
+    def share(self, path: str, kind: str) -> float:
+        return self.reused[(path, kind)] / max(1, self.total[(path, kind)])
+
+    def result(self, kinds: list[str]) -> dict[str, Any]:
+        return {
+            kind: {
+                path: {
+                    "reuse": round(self.share(path, kind), 4),
+                    "reused_tokens": self.reused[(path, kind)],
+                    "prompt_tokens": self.total[(path, kind)],
+                    "uncached_tokens": self.total[(path, kind)] - self.reused[(path, kind)],
+                    "requests": self.requests[(path, kind)],
+                    "breaks": dict(self.breaks.get((path, kind), {})),
+                }
+                for path in ("direct", "proxy")
+            }
+            | {"points_lost": round(100 * (self.share("direct", kind) - self.share("proxy", kind)), 2)}
+            for kind in kinds
+        }
+
+
+def seed_skills(data: Path, runs: list[list[dict[str, Any]]]) -> int:
+    """Skills distilled from OpenHands runs the benchmark does not replay, in the tenant's shared set, as the skill
+    pass writes them: the system part of every proxied prompt then carries a skills index. Returns how many."""
+    files = LocalFileStore(data)
+    for k, messages in enumerate(runs):
+        asyncio.run(replay(files, f"seed-{k}", messages))
+        learn_session(files, TENANT, f"seed-{k}", datetime.now(UTC))
+    return len(SkillStore(files, TENANT).names())
 
 
 def seed_memory(api: Client, turns: int) -> int:
@@ -256,12 +332,19 @@ def latency(
     return out
 
 
-def trajectory_tokens(
-    api_url: str, stub: str, count: int, window: int, stages: Stages, steps: int | None = None
+def agent_loops(
+    api_url: str,
+    stub: str,
+    trajs: list[list[dict[str, Any]]],
+    kind: str,
+    window: int,
+    stages: Stages,
+    reuse: PrefixReuse,
+    steps: int | None = None,
 ) -> dict[str, Any]:
-    """``steps``: at most this many assistant steps of each trajectory (None: all). Each step's stages go to
-    ``stages`` as kind ``agent_step``."""
-    trajs = loaders().load_trajectories(str(EVAL / "trajectories" / "openhands_swebench_verified"))[:count]
+    """Each trajectory replayed as an agent loop, one session each: every assistant step is a request carrying the
+    history so far, sent directly to the stub, then through the proxy. ``steps``: at most this many steps of each
+    (None: all). Each step's stages go to ``stages`` and both prompts to ``reuse``, as ``kind``."""
     direct = proxied = requests = 0
     peak = 0
     added: list[float] = []  # per step: through the proxy minus directly, the same body one after the other
@@ -269,31 +352,34 @@ def trajectory_tokens(
     slowest: dict[str, Any] = {}
     with httpx.Client(timeout=120) as http:
         for k, traj in enumerate(trajs):
+            session = f"{kind}-{k}"
             headers = {
                 "Authorization": f"Bearer {KEY}",
                 "X-Mnemoflow-User": USER,
-                "X-Mnemoflow-Session": f"traj-{k}",
+                "X-Mnemoflow-Session": session,
                 "X-Mnemoflow-Window": str(window),
             }
             asked = [i for i, m in enumerate(traj) if m["role"] == "assistant"][:steps]
             for i in asked:
-                body = {"model": "stub", "messages": traj[:i], "max_tokens": 512}
+                body = {"model": "stub", "messages": traj[:i], "max_tokens": 512, "stub_echo": True}
                 start = time.perf_counter()
-                raw = http.post(f"{stub}/v1/chat/completions", json=body).json()["usage"]["prompt_tokens"]
+                answer = http.post(f"{stub}/v1/chat/completions", json=body).json()
                 middle = time.perf_counter()
                 r = http.post(f"{api_url}/v1/chat/completions", json=body, headers=headers)
                 proxied_ms = (time.perf_counter() - middle) * 1000
                 added.append(proxied_ms - (middle - start) * 1000)
                 assert r.status_code == 200 and r.headers["x-mnemoflow-memory"] == "ok", r.headers
                 memory_ms.append(float(r.headers["x-mnemoflow-memory-ms"]))
-                stages.note("agent_step", r, proxied_ms)
+                stages.note(kind, r, proxied_ms)
                 u = last_user(traj[:i])
                 query_chars = len(str(traj[u]["content"])) if u is not None else 0
                 note_slowest(r, slowest, trajectory=k, step=i, query_chars=query_chars)
-                sent = r.json()["usage"]["prompt_tokens"]
+                reuse.add("direct", kind, session, answer["stub_messages"])
+                reuse.add("proxy", kind, session, r.json()["stub_messages"])
+                raw, sent = answer["usage"]["prompt_tokens"], r.json()["usage"]["prompt_tokens"]
                 direct, proxied, requests, peak = direct + raw, proxied + sent, requests + 1, max(peak, sent)
     return {
-        "trajectories": count,
+        "trajectories": len(trajs),
         "requests": requests,
         "window": window,
         "direct": direct,
@@ -302,9 +388,15 @@ def trajectory_tokens(
         "peak_proxy_prompt": peak,
         "added_ms_per_step": {"p50": pct(added, 0.5), "p99": pct(added, 0.99)},
         "memory_side_ms_per_step": {"p50": pct(memory_ms, 0.5), "p99": pct(memory_ms, 0.99)},
-        "stages_ms": stages.summary("agent_step"),
+        "stages_ms": stages.summary(kind),
         "slowest_step": slowest,
     }
+
+
+def multi_turn_chats(n: int) -> list[list[dict[str, Any]]]:
+    """tau-bench airline runs with three user turns or more: sessions whose recall moves to a new user message."""
+    runs = loaders().load_trajectories(str(EVAL / "trajectories" / "tau_bench_airline"))
+    return [t for t in runs if sum(m["role"] == "user" for m in t) >= 3][:n]
 
 
 def main() -> None:
@@ -319,6 +411,8 @@ def main() -> None:
     n_requests, n_trajs = (2, 1) if args.smoke else (20, 3) if args.quick else (60, 10)
     stub_proc, stub = start_stub(args.upstream_ms)
     data = Path(tempfile.mkdtemp(prefix="mnemoflow-bench-proxy-"))
+    openhands = loaders().load_trajectories(str(EVAL / "trajectories" / "openhands_swebench_verified"))
+    seeded_skills = seed_skills(data, openhands[-(2 if args.smoke else 20) :])
     settings = Settings(
         data_dir=data,
         api_port=0,
@@ -346,7 +440,11 @@ def main() -> None:
             measured = twenty_message_requests(n_requests + 3)[3:]  # fewer when the set has fewer
             lat = latency(api_url, stub, measured, stages)
             steps = 4 if args.smoke else None
-            tokens = trajectory_tokens(api_url, stub, n_trajs, args.window, stages, steps=steps)
+            reuse = PrefixReuse()
+            tokens = agent_loops(api_url, stub, openhands[:n_trajs], "agent_step", args.window, stages, reuse, steps)
+            chats = agent_loops(
+                api_url, stub, multi_turn_chats(n_trajs), "chat_step", args.window, stages, reuse, steps
+            )
     finally:
         stack.stop()
         stop_process(stub_proc, 10)
@@ -359,6 +457,9 @@ def main() -> None:
         "prompt_tokens": {"direct": tokens["direct"], "proxy": tokens["proxy"]},
         "latency": lat,
         "tokens": tokens,
+        "chats": chats,
+        "prefix_reuse": reuse.result(["agent_step", "chat_step"]),
+        "seeded_skills": seeded_skills,
         "upstream_ms": args.upstream_ms,
         "requests_per_mode": len(measured),
         "messages_per_request": 20,
@@ -381,6 +482,11 @@ def main() -> None:
             f"step of an agent run ({n_trajs} OpenHands runs)",
             tokens["added_ms_per_step"],
             tokens["memory_side_ms_per_step"],
+        ),
+        row(
+            f"step of a multi-turn chat ({chats['trajectories']} tau-bench runs)",
+            chats["added_ms_per_step"],
+            chats["memory_side_ms_per_step"],
         ),
     ]
     columns = ["request", "added p50 ms", "added p99 ms", "memory side p50 ms", "memory side p99 ms"]
@@ -407,6 +513,30 @@ def main() -> None:
             title=f"Prompt tokens over {tokens['requests']} steps at a {args.window:,}-token window",
             columns=["path", "prompt tokens"],
             rows=saved,
+        ),
+        Table(
+            title=f"Prefix reuse across a session's requests ({seeded_skills} skills in the index)",
+            columns=[
+                "sessions",
+                "requests",
+                "direct",
+                "through the proxy",
+                "points lost",
+                "tokens not served from cache: direct / proxy",
+                "where the proxy's prefix broke",
+            ],
+            rows=[
+                [
+                    KINDS[kind],
+                    str(figures["proxy"]["requests"]),
+                    f"{figures['direct']['reuse']:.1%}",
+                    f"{figures['proxy']['reuse']:.1%}",
+                    f"{figures['points_lost']:.1f}",
+                    f"{figures['direct']['uncached_tokens']:,} / {figures['proxy']['uncached_tokens']:,}",
+                    ", ".join(f"{where} {n}" for where, n in figures["proxy"]["breaks"].items()) or "nowhere",
+                ]
+                for kind, figures in result["prefix_reuse"].items()
+            ],
         ),
     ]
     notes.append(

@@ -27,10 +27,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from mnemoflow.errors import InvalidInput, NotFound, ServiceUnavailable
 from mnemoflow.events import ToolResultIn, TurnIn
 from mnemoflow.memory.recall.recaller import RecallResult
-from mnemoflow.memory.recall.sources import context_digest
 from mnemoflow.offload.replies import CompactReply
 from mnemoflow.proxy.answer import StreamedAnswer, answer_text
-from mnemoflow.proxy.capture import CaptureLog
 from mnemoflow.proxy.pipeline import AGENT_HEADER, TEAM_HEADER, MemoryProxy, Prepared, parse_chat, server_timing
 from mnemoflow.scopes import Caller, Viewer
 from mnemoflow.storage import LocalFileStore
@@ -60,20 +58,6 @@ class StackMemory:
         result = await (await self._deps.recaller()).recall(tenant, user, query, viewer=viewer)
         self._deps.metrics.recalled(result)
         return result
-
-    async def recall_version(self, tenant: str, user: str, viewer: Viewer) -> str | None:
-        """The atom index's version and a digest of the persona and scene files that recall renders for this
-        viewer (read raw, not parsed: well under a millisecond), in a worker thread because the index connection
-        may be busy with another request's search."""
-        store = (await self._deps.recaller()).store
-
-        def read() -> str | None:
-            index = store.version(tenant, user)
-            if index is None:
-                return None
-            return f"{index}/{context_digest(self._deps.files, tenant, user, viewer.scopes())}"
-
-        return await asyncio.to_thread(read)
 
     async def compact(self, tenant: str, session: str, messages: list[dict[str, Any]], window: int) -> CompactReply:
         if self._deps.compact is None:
@@ -123,8 +107,9 @@ def proxy_router(deps: ApiDeps, gate: Any) -> APIRouter:
         # each request counts its recall's tokens: the first one must not load the vocabulary; a replica with no
         # upstream never proxies and does not hold it (~80 MB)
         load_tokenizer()
-    captures = CaptureLog(LocalFileStore(settings.data_dir, fsync=False))  # a cache of ids: a loss costs a resend
-    proxy = MemoryProxy(StackMemory(deps), captures, settings, observe=deps.metrics.proxy_stage)
+    # captured ids and recall pins are caches: a loss costs a resend, or one break of the upstream's prefix cache
+    files = LocalFileStore(settings.data_dir, fsync=False)
+    proxy = MemoryProxy(StackMemory(deps), files, settings, observe=deps.metrics.proxy_stage)
     upstream = settings.proxy_upstream
     http = httpx.AsyncClient(timeout=httpx.Timeout(settings.proxy_upstream_timeout_seconds, connect=10))
     key = settings.proxy_upstream_api_key

@@ -16,7 +16,9 @@ from mnemoflow.tokens import messages_tokens
 
 
 def stub_upstream(reply: str = "Noted.", delay_s: float = 0.0) -> FastAPI:
-    """``app.state.received`` holds every chat request body, in order."""
+    """``app.state.received`` holds every chat request body, in order. A request with ``"stub_echo": true`` gets
+    its messages back as the answer's ``stub_messages`` (what a benchmark in another process reads of what the
+    upstream received)."""
     app = FastAPI()
     app.state.received = []
 
@@ -34,16 +36,17 @@ def stub_upstream(reply: str = "Noted.", delay_s: float = 0.0) -> FastAPI:
         usage = {"prompt_tokens": messages_tokens(body["messages"]), "completion_tokens": len(reply.split())}
         if not body.get("stream"):
             message = {"role": "assistant", "content": reply}
-            return JSONResponse(
-                {
-                    "id": "cmpl-stub",
-                    "object": "chat.completion",
-                    "created": created,
-                    "model": model,
-                    "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                    "usage": {**usage, "total_tokens": sum(usage.values())},
-                }
-            )
+            answer = {
+                "id": "cmpl-stub",
+                "object": "chat.completion",
+                "created": created,
+                "model": model,
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                "usage": {**usage, "total_tokens": sum(usage.values())},
+            }
+            if body.get("stub_echo"):
+                answer["stub_messages"] = body["messages"]
+            return JSONResponse(answer)
 
         async def events() -> AsyncIterator[bytes]:
             words = reply.split(" ")

@@ -34,8 +34,6 @@ class InMemoryIndex:
     dim: int | None = None
     embedding_model: str | None = None
     rows: dict[tuple[str, str], dict[str, AtomRow]] = field(default_factory=dict)
-    writes: int = 0
-    """Bumped by every upsert, delete and reembed: what ``version`` reports."""
 
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
@@ -79,12 +77,10 @@ class InMemoryVectorStore(StoreIdentity):
         self._fresh()
         for row in check_rows(rows, self._dim):
             self._index.rows.setdefault((row.tenant, row.user), {})[row.id] = row
-        self._index.writes += 1
 
     def delete(self, tenant: str, user: str, ids: Sequence[str]) -> int:
         self._live()
         scope = self._scope(tenant, user)
-        self._index.writes += 1
         return sum(scope.pop(i, None) is not None for i in set(ids))
 
     def get(self, tenant: str, user: str, ids: Sequence[str]) -> list[AtomRow]:
@@ -143,11 +139,6 @@ class InMemoryVectorStore(StoreIdentity):
         check_scope(tenant, user)
         return sum(len(rows) for (t, u), rows in self._index.rows.items() if t == tenant and user in (None, u))
 
-    def version(self, tenant: str, user: str) -> str | None:
-        self._live()
-        check_scope(tenant, user)
-        return str(self._index.writes)
-
     def reembed(self, embed_fn: EmbedFn, batch_size: int = 256) -> int:
         self._live()
         done = 0
@@ -161,7 +152,6 @@ class InMemoryVectorStore(StoreIdentity):
                     scope[row.id] = with_vector(row, vec)
                 done += len(batch)
         self._index.embedding_model, self._index.dim = self._model, self._dim
-        self._index.writes += 1
         return done
 
     def close(self) -> None:

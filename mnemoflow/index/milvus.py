@@ -285,11 +285,6 @@ class MilvusVectorStore(StoreIdentity):
         expr = f"tenant == {lit(tenant)}" if user is None else scope_filter(tenant, user)
         return int(self._query(expr, ["count(*)"])[0]["count(*)"])
 
-    def version(self, tenant: str, user: str) -> str | None:
-        """None: Milvus exposes no cheap commit counter, so results over it are never reused."""
-        check_scope(tenant, user)
-        return None
-
     def reembed(self, embed_fn: EmbedFn, batch_size: int = 256) -> int:
         """Read every row, rebuild the collection at the configured dim, write new vectors, record the model.
 

@@ -307,16 +307,6 @@ class SqliteVectorStore(StoreIdentity):
             return int(self._conn.execute(sql, params).fetchone()[0])
 
     @_one_at_a_time
-    def version(self, tenant: str, user: str) -> str | None:
-        """``pragma data_version`` (changed by every commit of another connection, in any process) and this
-        connection's own change count: two integers, cheap enough to read before every search. Not the
-        connection's ``data_version()`` file control, which sees another process's commit only after a read."""
-        check_scope(tenant, user)
-        with schema.translate():
-            (others,) = self._conn.execute("pragma data_version").fetchone()
-            return f"{others}.{self._conn.total_changes()}"
-
-    @_one_at_a_time
     def reembed(self, embed_fn: EmbedFn, batch_size: int = 256) -> int:
         """Recompute every vector in one transaction: readers see either the old index or the new one."""
         done, last = 0, 0

@@ -201,12 +201,6 @@ class VectorStore(Protocol):
         """Number of rows of a tenant, or of one user of it."""
         ...
 
-    def version(self, tenant: str, user: str) -> str | None:
-        """A token that differs after every committed write to this user's rows, by this process or another
-        (it may also change on writes to other rows). Read it *before* a search, and a result kept with it stays
-        valid while the token is unchanged. None: this backend cannot tell, so nothing may be reused."""
-        ...
-
     def reembed(self, embed_fn: EmbedFn, batch_size: int = 256) -> int:
         """Recompute every vector with ``embed_fn`` and record ``embedding_model`` in the index. Returns rows done."""
         ...

@@ -14,11 +14,11 @@ session's recall for the same user message (exact for the tool steps that reuse 
 so far or ``proxy_recall_reserve``, whichever is larger. When the recall comes back larger, or the guess left too
 little room for the last user message, the array is compacted again to the exact room, so the prompt always fits;
 when it comes back smaller, compaction had that much less room than the two steps in turn give it. Recall is
-injected into the compacted array. A recall is reused by the tool steps of the same user turn while the user's
-memory is unchanged (:meth:`MemorySide.recall_version`), so their prompt prefix stays byte-identical; any write to
-the memory recall reads makes the next request recall again. The whole memory side has a time budget; past it, or on
-a memory error, the request goes upstream untouched (``proxy_fail_open``) and the ``x-mnemoflow-memory`` header says
-why.
+injected into the compacted array. A user message is recalled for once, when it is the latest: the tool steps of its
+turn reuse that recall, and the message keeps its block on every later request (:mod:`mnemoflow.proxy.pins`), so
+the prompt only grows and an upstream's prefix cache keeps serving it. What is written to memory meanwhile reaches
+the next user turn, not the next tool step. The whole memory side has a time budget; past it, or on a memory error,
+the request goes upstream untouched (``proxy_fail_open``) and the ``x-mnemoflow-memory`` header says why.
 
 Every stage is timed where it runs (:data:`STAGES`): the request's own in :attr:`Prepared.stages_ms` (the
 serving layer answers them as a ``Server-Timing`` header), and each one, the captures that run after the request
@@ -46,8 +46,10 @@ from mnemoflow.lru import LRU
 from mnemoflow.memory.recall.recaller import RecallResult
 from mnemoflow.offload.messages import fingerprint, last_user
 from mnemoflow.offload.replies import CompactReply
+from mnemoflow.ports.files import FileStore
 from mnemoflow.proxy.capture import Capture, CaptureLog, answer_turn, plan_capture, text_of
-from mnemoflow.proxy.inject import inject_recall, recall_tokens
+from mnemoflow.proxy.inject import inject_recall, injected_tokens, recall_tokens
+from mnemoflow.proxy.pins import RecallPins
 from mnemoflow.replay import safe_id
 from mnemoflow.scopes import Viewer
 
@@ -61,8 +63,7 @@ AGENT_HEADER, TEAM_HEADER = "x-mnemoflow-agent", "x-mnemoflow-team"
 
 STAGES: dict[str, str] = {
     "capture_plan": "which messages of the array are new (on the request's path)",
-    "recall": "recall as the request waited for it: the version read, then a fresh recall or the session's kept one",
-    "recall_version": "reading the version of the user's memory (whether the session's recall may be reused)",
+    "recall": "recall as the request waited for it: a fresh recall for a new user message, else its turn's kept one",
     "embed": "the query embedding of a fresh recall",
     "search": "the index search of a fresh recall (hybrid: dense and BM25, fused)",
     "context": "the persona and navigation read of a fresh recall (beside embed and search)",
@@ -161,12 +162,6 @@ class MemorySide(Protocol):
 
     async def recall(self, tenant: str, user: str, query: str, viewer: Viewer) -> RecallResult: ...
 
-    async def recall_version(self, tenant: str, user: str, viewer: Viewer) -> str | None:
-        """A token that changes with every write to what recall reads for this user as this viewer (atom index,
-        the persona and scenes of its scopes). Read before a recall, it says whether that recall may be reused;
-        None: never reuse."""
-        ...
-
     async def compact(self, tenant: str, session: str, messages: list[Message], window: int) -> CompactReply: ...
 
 
@@ -186,7 +181,7 @@ class MemoryProxy:
     def __init__(
         self,
         memory: MemorySide,
-        captures: CaptureLog,
+        files: FileStore,
         settings: Settings,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         recall_cache: int = 10_000,
@@ -195,7 +190,8 @@ class MemoryProxy:
         """``observe``: told every stage's time (:data:`STAGES`), those of the captures after the request too."""
         self._memory = memory
         self._observe = observe
-        self._captures = captures
+        self._captures = CaptureLog(files)
+        self._pins = RecallPins(files)
         self._settings = settings
         self._clock = clock
         self._recalls: LRU[tuple[str, str], _KeptRecall] = LRU(recall_cache)
@@ -271,17 +267,20 @@ class MemoryProxy:
             f"turns={len(plan.turns)}; tool_results={len(plan.results)}; too_large={plan.skipped}"
         )
         query = _latest_query(body.messages)
-        recalling = _timed(out, "recall", self._recall(out, tenant, query))
+        pinned = await asyncio.to_thread(self._pins.of, tenant, ident.session, ident.viewer)
+        recalling = _timed(out, "recall", self._recall(out, tenant, query, pinned))
         messages = body.messages
         if ident.window is None:
             recall = await recalling
+            blocks = _blocks(pinned, query, recall)
             out.headers["x-mnemoflow-compaction"] = f"off; no window known for model {body.model[:80]}"
         else:
             prompt = self.prompt_budget(body, ident.window)
-            room = self._recall_room(tenant, ident, query[1], prompt) if query else 0
+            room = self._recall_room(tenant, ident, query, pinned, messages, prompt)
             compacting = _unless_refused(self._compact(out, "compact", tenant, ident, messages, prompt - room))
             recall, reply = await _both(recalling, compacting)
-            extra = recall_tokens(recall) if recall else 0
+            blocks = _blocks(pinned, query, recall)
+            extra = injected_tokens(messages, recall.system_context if recall else "", blocks)
             if reply is None or extra > room:  # the guess was short: compact to the exact room, as if in turn
                 reply = await self._compact(out, "compact_again", tenant, ident, messages, prompt - extra)
             messages, sent = reply.messages, reply.tokens_after + extra
@@ -293,27 +292,40 @@ class MemoryProxy:
                     "x-mnemoflow-removed": str(len(reply.removed)),
                 }
             )
+        messages = inject_recall(messages, recall.system_context if recall else "", blocks)
         if recall is not None:
-            messages = inject_recall(messages, recall)
             out.headers["x-mnemoflow-recalled"] = str(len(recall.hits))
             if degraded := ("timed_out" if recall.timed_out else recall.degraded):
                 out.headers["x-mnemoflow-recall-degraded"] = degraded
             out.headers["x-mnemoflow-recall-ids"] = ",".join(h.id for h in recall.hits[:20])
         out.messages = messages
 
-    def _recall_room(self, tenant: str, ident: Identity, turn: str, prompt: int) -> int:
-        """The tokens compaction leaves for a recall it cannot wait for: the size of the session's recall for
-        this user message (exact when a tool step reuses it); for a new user message the user's largest recall
-        so far, or ``proxy_recall_reserve`` (at most half the prompt) when larger, so compacting again is rare."""
+    def _recall_room(
+        self,
+        tenant: str,
+        ident: Identity,
+        query: tuple[str, str] | None,
+        pinned: Mapping[str, str],
+        messages: list[Message],
+        prompt: int,
+    ) -> int:
+        """The tokens compaction leaves for what recall injects, which it cannot wait for: the blocks the earlier
+        user messages keep, and the latest message's recall: the size of its turn's kept recall (exact for a tool
+        step); for a new user message the user's largest recall so far, or ``proxy_recall_reserve`` (at most half
+        the prompt) when larger, so compacting again is rare."""
+        if query is None:
+            return injected_tokens(messages, "", pinned)
+        turn = query[1]
+        earlier = injected_tokens(messages, "", {t: text for t, text in pinned.items() if t != turn})
         kept = self._recalls.pop((tenant, ident.session))
         if kept is not None:
             self._recalls.put((tenant, ident.session), kept)
             if kept.turn == turn:
-                return recall_tokens(kept.result)
+                return earlier + recall_tokens(kept.result)
         largest = self._largest.pop((tenant, ident.user)) or 0
         if largest:
             self._largest.put((tenant, ident.user), largest)
-        return max(0, min(self._settings.proxy_recall_reserve, prompt // 2), largest)
+        return earlier + max(0, min(self._settings.proxy_recall_reserve, prompt // 2), largest)
 
     async def _compact(
         self, out: Prepared, stage: str, tenant: str, ident: Identity, messages: list[Message], budget: int
@@ -346,29 +358,31 @@ class MemoryProxy:
             if rest := self._publishing.pop(key, frozenset()) - plan.new_ids:
                 self._publishing[key] = rest
 
-    async def _recall(self, out: Prepared, tenant: str, query: tuple[str, str] | None) -> RecallResult | None:
-        """Recall for the latest user message. The tool steps of the same user turn reuse it while the user's
-        memory has not changed since (its version is read before recalling, so a write during the recall only
-        makes the next request recall again). A fresh recall's own stages (embed, search, context) join ``out``'s."""
+    async def _recall(
+        self, out: Prepared, tenant: str, query: tuple[str, str] | None, pinned: Mapping[str, str]
+    ) -> RecallResult | None:
+        """Recall for the latest user message, once: the tool steps of its turn reuse it (its system context and
+        its block). A fresh recall's block is pinned to the message (``pinned``: the session's pins, read before),
+        and its own stages (embed, search, context) join ``out``'s."""
         if query is None:
             return None
         ident = out.identity
         (text, turn), key = query, (tenant, ident.session)
-        version = await _timed(out, "recall_version", self._memory.recall_version(tenant, ident.user, ident.viewer))
         kept = self._recalls.pop(key)
-        if (
-            kept is not None
-            and version is not None
-            and (kept.turn, kept.version, kept.viewer) == (turn, version, ident.viewer)
-        ):
+        if kept is not None and (kept.turn, kept.viewer) == (turn, ident.viewer):
             self._recalls.put(key, kept)
             return kept.result
         result = await self._memory.recall(tenant, ident.user, text, ident.viewer)
         out.stages_ms.update(result.stages_ms)
         user = (tenant, ident.user)
         self._largest.put(user, max(recall_tokens(result), self._largest.pop(user) or 0))
-        if version is not None:
-            self._recalls.put(key, _KeptRecall(turn, version, result, ident.viewer))
+        self._recalls.put(key, _KeptRecall(turn, result, ident.viewer))
+        if result.prepend_context and turn not in pinned:
+            try:
+                block = {turn: result.prepend_context}
+                await asyncio.to_thread(self._pins.pin, tenant, ident.session, ident.viewer, block)
+            except Exception as exc:  # noqa: BLE001 - this replica still injects it while it keeps the recall
+                log.warning("proxy could not pin a recall in %s/%s: %r", tenant, ident.session, exc)
         return result
 
     async def capture_answer(self, tenant: str, prepared: Prepared, sent: list[Message], text: str) -> bool:
@@ -391,12 +405,19 @@ class MemoryProxy:
 
 @dataclass(frozen=True)
 class _KeptRecall:
-    """A session's last recall: for which user message, at which version of the user's memory, seen by whom."""
+    """A session's last recall: for which user message, seen by whom."""
 
     turn: str
-    version: str
     result: RecallResult
     viewer: Viewer
+
+
+def _blocks(pinned: Mapping[str, str], query: tuple[str, str] | None, recall: RecallResult | None) -> dict[str, str]:
+    """Each user message's block: its pin, and the latest message's recall when it has none yet (pinned by now,
+    unless the pin could not be written)."""
+    if query is None or recall is None or not recall.prepend_context or query[1] in pinned:
+        return dict(pinned)
+    return {**pinned, query[1]: recall.prepend_context}
 
 
 def _latest_query(messages: list[Message]) -> tuple[str, str] | None:

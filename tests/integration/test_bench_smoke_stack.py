@@ -83,8 +83,17 @@ def test_proxy(tmp_path: Path, apache_kafka: EmbeddedKafka) -> None:
     assert result["prompt_tokens"]["proxy"] > 0 and result["prompt_tokens"]["direct"] > 0
     assert {"first", "repeat"} <= result["latency"].keys()
     by_kind, how = result["stages"]["by_kind"], result["stages"]["how"]
-    assert set(by_kind) == {"first", "repeat", "agent_step"}
-    assert (by_kind["first"]["requests"], by_kind["agent_step"]["requests"]) == (2, 4)
+    assert set(by_kind) == {"first", "repeat", "agent_step", "chat_step"}
+    assert (by_kind["first"]["requests"], by_kind["agent_step"]["requests"], by_kind["chat_step"]["requests"]) == (
+        2,
+        4,
+        4,
+    )
+    assert result["seeded_skills"] > 0  # the system part carries a skills index
+    for kind in ("agent_step", "chat_step"):  # every step after a session's first compared with the one before
+        reuse = result["prefix_reuse"][kind]
+        assert reuse["direct"]["requests"] == reuse["proxy"]["requests"] == 3, reuse
+        assert reuse["direct"]["reuse"] > 0.5 and 0 <= reuse["proxy"]["reuse"] <= 1, reuse
     every = {"end_to_end", "serve_hop", "total", "capture_plan", "memory", "recall", "compact", "upstream"}
     for kind, got in by_kind.items():
         stages = got["stages_ms"]

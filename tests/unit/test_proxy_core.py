@@ -9,6 +9,7 @@ import pytest
 from mnemoflow.config import Settings
 from mnemoflow.errors import InvalidInput
 from mnemoflow.memory.recall.recaller import RecallResult
+from mnemoflow.offload.messages import fingerprint
 from mnemoflow.offload.replies import CompactReply
 from mnemoflow.proxy.answer import StreamedAnswer, answer_text
 from mnemoflow.proxy.capture import CaptureLog, answer_turn, plan_capture
@@ -69,19 +70,15 @@ def test_capture_log_survives_a_replica_that_forgot(tmp_path: Path) -> None:
     assert CaptureLog(files).captured("acme", "s2") == frozenset()
 
 
-def test_recall_goes_to_the_system_prompt_and_before_the_last_user_message() -> None:
-    recall = RecallResult(
-        prepend_context="<relevant-memories>tea</relevant-memories>", system_context="PERSONA", hits=[], persona=""
-    )
-    out = inject_recall(ARRAY, recall)
+def test_recall_goes_to_the_system_prompt_and_each_block_before_its_user_message() -> None:
+    block = "<relevant-memories>tea</relevant-memories>"
+    out = inject_recall(ARRAY, "PERSONA", {fingerprint(ARRAY[5]): block, fingerprint(ARRAY[1]): "older"})
     assert out[0]["content"] == "You are helpful.\n\nPERSONA"
-    assert out[5]["content"][0] == {"type": "text", "text": recall.prepend_context}
+    assert out[5]["content"][0] == {"type": "text", "text": block}
+    assert out[1]["content"] == "older\n\nList the files."  # an earlier user message keeps its own block
     assert ARRAY[0]["content"] == "You are helpful."  # the agent's array is not touched
-    bare = inject_recall([{"role": "user", "content": "hi"}], recall)
-    assert bare == [
-        {"role": "system", "content": "PERSONA"},
-        {"role": "user", "content": f"{recall.prepend_context}\n\nhi"},
-    ]
+    bare = inject_recall([{"role": "user", "content": "hi"}], "PERSONA", {fingerprint(ARRAY[5]): block})
+    assert bare == [{"role": "system", "content": "PERSONA"}, {"role": "user", "content": "hi"}]
 
 
 def test_identity_from_headers_body_and_settings() -> None:
@@ -149,9 +146,6 @@ class FlakyMemory:
     async def recall(self, tenant: str, user: str, query: str, viewer: Viewer) -> RecallResult:
         return RecallResult(prepend_context="", system_context="", hits=[], persona="")
 
-    async def recall_version(self, tenant: str, user: str, viewer: Viewer) -> str | None:
-        return None
-
     async def compact(self, tenant: str, session: str, messages: list, window: int) -> object:
         raise AssertionError("no window is configured: compaction must not run")
 
@@ -165,7 +159,7 @@ async def settled(proxy: MemoryProxy) -> None:
 
 def test_a_failed_capture_does_not_fail_the_request_and_is_published_again(tmp_path: Path) -> None:
     memory = FlakyMemory()
-    proxy = MemoryProxy(memory, CaptureLog(LocalFileStore(tmp_path, fsync=False)), Settings(), clock=lambda: NOW)
+    proxy = MemoryProxy(memory, LocalFileStore(tmp_path, fsync=False), Settings(), clock=lambda: NOW)
     body = ChatRequest(model="m", messages=ARRAY[:2])
 
     async def twice() -> list[str]:
@@ -204,7 +198,7 @@ def test_a_request_during_a_capture_in_flight_does_not_publish_it_again(tmp_path
     """A tool step right after an answer often arrives before the previous request's capture is acknowledged:
     it publishes only what is new to both; if the capture in flight fails, the next request sends it again."""
     memory = GatedMemory()
-    proxy = MemoryProxy(memory, CaptureLog(LocalFileStore(tmp_path, fsync=False)), Settings(), clock=lambda: NOW)
+    proxy = MemoryProxy(memory, LocalFileStore(tmp_path, fsync=False), Settings(), clock=lambda: NOW)
     session = {"x-mnemoflow-session": "s1"}
 
     async def steps() -> list[str]:
@@ -237,7 +231,6 @@ class ScriptedMemory:
 
     def __init__(self, recall: RecallResult, concurrent: bool = True) -> None:
         self.result = recall
-        self.version: str | None = "v1"
         self.recalls = 0
         self.budgets: list[int] = []
         self._concurrent = concurrent
@@ -248,9 +241,6 @@ class ScriptedMemory:
 
     async def publish(self, tenant: str, turns: list, results: list) -> None:
         return None
-
-    async def recall_version(self, tenant: str, user: str, viewer: Viewer) -> str | None:
-        return self.version
 
     async def recall(self, tenant: str, user: str, query: str, viewer: Viewer) -> RecallResult:
         self.recalls += 1
@@ -283,13 +273,14 @@ def test_recall_and_compaction_run_at_once_and_the_upstream_gets_what_sequential
     )
     memory = ScriptedMemory(recall)
     settings = Settings(proxy_windows={"m": 8192}, proxy_recall_reserve=1000)
-    proxy = MemoryProxy(memory, CaptureLog(LocalFileStore(tmp_path, fsync=False)), settings, clock=lambda: NOW)
+    proxy = MemoryProxy(memory, LocalFileStore(tmp_path, fsync=False), settings, clock=lambda: NOW)
     body = ChatRequest(model="m", messages=ARRAY[:2], max_tokens=192)
     [prepared] = _prepare(proxy, body)
     assert prepared.headers["x-mnemoflow-memory"] == "ok"  # recall waited for compaction to start: no deadlock
     assert memory.budgets == [8192 - 192 - 1000]  # the prompt less the recall reserve, fixed before recall ends
-    assert prepared.messages == inject_recall([ARRAY[0], ARRAY[1]], recall)  # compacted, then recall injected
-    assert set(prepared.stages_ms) == {"capture_plan", "recall_version", "recall", "compact"}
+    blocks = {fingerprint(ARRAY[1]): recall.prepend_context}
+    assert prepared.messages == inject_recall([ARRAY[0], ARRAY[1]], "PERSONA", blocks)  # compacted, then injected
+    assert set(prepared.stages_ms) == {"capture_plan", "recall", "compact"}
     assert "x-mnemoflow-recall-degraded" not in prepared.headers
 
 
@@ -305,7 +296,7 @@ def test_every_stage_is_timed_for_the_headers_and_the_observer_the_captures_afte
     memory.shard_ms = 4.5
     seen: list[tuple[str, float]] = []
     settings = Settings(proxy_windows={"m": 8192})
-    captures = CaptureLog(LocalFileStore(tmp_path, fsync=False))
+    captures = LocalFileStore(tmp_path, fsync=False)
     proxy = MemoryProxy(memory, captures, settings, clock=lambda: NOW, observe=lambda s, ms: seen.append((s, ms)))
 
     async def run() -> Prepared:
@@ -318,9 +309,9 @@ def test_every_stage_is_timed_for_the_headers_and_the_observer_the_captures_afte
 
     prepared = asyncio.run(run())
     stages = prepared.stages_ms
-    assert set(stages) == {"capture_plan", "recall_version", "recall", "embed", "search", "compact", "compact_shard"}
+    assert set(stages) == {"capture_plan", "recall", "embed", "search", "compact", "compact_shard"}
     assert (stages["embed"], stages["search"], stages["compact_shard"]) == (3.0, 2.0, 4.5)  # as measured where run
-    assert stages["recall"] >= stages["recall_version"] and all(ms >= 0 for ms in stages.values())
+    assert stages["recall"] >= stages["embed"] and all(ms >= 0 for ms in stages.values())
     assert "embed=3.0; search=2.0" in prepared.headers["x-mnemoflow-stages-ms"]
     names = [name for name, _ in seen]
     assert sorted(names) == sorted([*stages, "memory", "capture", "capture_answer"])  # each stage once
@@ -333,9 +324,7 @@ def test_a_failing_observer_does_not_fail_the_request(tmp_path: Path) -> None:
         raise RuntimeError("metrics away")
 
     memory = ScriptedMemory(RecallResult(prepend_context="", system_context="", hits=[], persona=""), False)
-    proxy = MemoryProxy(
-        memory, CaptureLog(LocalFileStore(tmp_path, fsync=False)), Settings(), clock=lambda: NOW, observe=broken
-    )
+    proxy = MemoryProxy(memory, LocalFileStore(tmp_path, fsync=False), Settings(), clock=lambda: NOW, observe=broken)
     [prepared] = _prepare(proxy, ChatRequest(model="m", messages=ARRAY[:2]))
     assert prepared.headers["x-mnemoflow-memory"] == "ok"
 
@@ -344,7 +333,7 @@ def test_a_recall_answered_by_bm25_alone_is_said_in_the_headers(tmp_path: Path) 
     recall = RecallResult(prepend_context="", system_context="", hits=[], persona="", degraded="lexical")
     proxy = MemoryProxy(
         ScriptedMemory(recall, concurrent=False),
-        CaptureLog(LocalFileStore(tmp_path, fsync=False)),
+        LocalFileStore(tmp_path, fsync=False),
         Settings(),
         clock=lambda: NOW,
     )
@@ -356,7 +345,7 @@ def test_a_recall_larger_than_its_reserve_has_the_array_compacted_again_to_fit(t
     recall = RecallResult(prepend_context="memory " * 300, system_context="", hits=[], persona="")
     memory = ScriptedMemory(recall)
     settings = Settings(proxy_windows={"m": 4096}, proxy_recall_reserve=100)
-    proxy = MemoryProxy(memory, CaptureLog(LocalFileStore(tmp_path, fsync=False)), settings, clock=lambda: NOW)
+    proxy = MemoryProxy(memory, LocalFileStore(tmp_path, fsync=False), settings, clock=lambda: NOW)
     [prepared] = _prepare(proxy, ChatRequest(model="m", messages=ARRAY[:2], max_tokens=96))
     extra = recall_tokens(recall)
     assert extra > 100 and memory.budgets == [4000 - 100, 4000 - extra]  # the second one leaves the exact room
@@ -369,10 +358,10 @@ def test_a_tool_step_compacts_once_to_the_exact_room_and_a_refused_guess_is_retr
     extra = recall_tokens(recall)
     memory = ScriptedMemory(recall, concurrent=False)
     settings = Settings(proxy_windows={"m": 4096}, proxy_recall_reserve=1000)
-    proxy = MemoryProxy(memory, CaptureLog(LocalFileStore(tmp_path, fsync=False)), settings, clock=lambda: NOW)
+    proxy = MemoryProxy(memory, LocalFileStore(tmp_path, fsync=False), settings, clock=lambda: NOW)
     _prepare(proxy, ChatRequest(model="m", messages=ARRAY[:2], max_tokens=96), times=2)
     assert memory.recalls == 1 and memory.budgets == [4000 - 1000, 4000 - extra]  # the step knows its recall
-    small = MemoryProxy(memory, CaptureLog(LocalFileStore(tmp_path / "b", fsync=False)), settings, clock=lambda: NOW)
+    small = MemoryProxy(memory, LocalFileStore(tmp_path / "b", fsync=False), settings, clock=lambda: NOW)
     memory.budgets, memory.refuse_below = [], 3500  # the reserve's guess leaves too little for the last message
     [prepared] = _prepare(small, ChatRequest(model="m", messages=ARRAY[:2], max_tokens=96))
     assert prepared.headers["x-mnemoflow-memory"] == "ok" and memory.budgets == [4000 - 1000, 4000 - extra]
@@ -383,7 +372,7 @@ def test_a_new_session_leaves_room_for_the_users_largest_recall(tmp_path: Path) 
     extra = recall_tokens(recall)
     memory = ScriptedMemory(recall, concurrent=False)
     settings = Settings(proxy_windows={"m": 4096}, proxy_recall_reserve=10)
-    proxy = MemoryProxy(memory, CaptureLog(LocalFileStore(tmp_path, fsync=False)), settings, clock=lambda: NOW)
+    proxy = MemoryProxy(memory, LocalFileStore(tmp_path, fsync=False), settings, clock=lambda: NOW)
     body = ChatRequest(model="m", messages=ARRAY[:2], max_tokens=96)
     for session in ("s1", "s2"):
         asyncio.run(proxy.prepare("acme", body, {"x-mnemoflow-session": session, "x-mnemoflow-user": "ana"}))
@@ -396,23 +385,42 @@ def test_a_new_session_leaves_room_for_the_users_largest_recall(tmp_path: Path) 
     assert memory.budgets == [4000 - extra]  # a new user message: room for the user's largest, not s3's last one
 
 
-def test_a_recall_is_reused_only_while_the_users_memory_is_unchanged(tmp_path: Path) -> None:
-    memory = ScriptedMemory(RecallResult(prepend_context="tea", system_context="", hits=[], persona=""), False)
-    proxy = MemoryProxy(memory, CaptureLog(LocalFileStore(tmp_path, fsync=False)), Settings(), clock=lambda: NOW)
-    body = ChatRequest(model="m", messages=ARRAY[:2])
-    _prepare(proxy, body, times=2)
-    assert memory.recalls == 1  # the same user turn, nothing written: the tool step reuses it
-    memory.version, memory.result = "v2", RecallResult(prepend_context="coffee", system_context="", hits=[], persona="")
-    [after_write] = _prepare(proxy, body)
-    assert memory.recalls == 2 and after_write.messages[1]["content"].startswith("coffee")
-    memory.version = None  # a store that cannot tell: every request recalls
-    _prepare(proxy, body, times=2)
-    assert memory.recalls == 4
+def test_a_user_message_is_recalled_for_once_and_keeps_its_block_so_the_prompt_only_grows(tmp_path: Path) -> None:
+    """The tool steps of a turn reuse its recall even after a write to memory; at the next user turn the earlier
+    message keeps the block it had, in this replica and in one that never saw it (the pin is on disk)."""
+    memory = ScriptedMemory(RecallResult(prepend_context="tea", system_context="P", hits=[], persona=""), False)
+    files = LocalFileStore(tmp_path, fsync=False)
+    proxy = MemoryProxy(memory, files, Settings(), clock=lambda: NOW)
+    first_turn = ChatRequest(model="m", messages=ARRAY[:4])
+    [step1, step2] = _prepare(proxy, first_turn, times=2)
+    memory.result = RecallResult(prepend_context="coffee", system_context="Q", hits=[], persona="")
+    [step3] = _prepare(proxy, first_turn)  # memory changed during the tool loop: the same prompt anyway
+    assert memory.recalls == 1 and step1.messages == step2.messages == step3.messages
+    assert step1.messages[1]["content"] == "tea\n\nList the files."
+    next_turn = ChatRequest(model="m", messages=ARRAY[:6])
+    [turn2] = _prepare(proxy, next_turn)
+    assert memory.recalls == 2 and turn2.messages[1:4] == step1.messages[1:4]  # the earlier block stays
+    assert turn2.messages[5]["content"][0] == {"type": "text", "text": "coffee"}
+    [elsewhere] = _prepare(MemoryProxy(memory, files, Settings(), clock=lambda: NOW), next_turn)
+    assert elsewhere.messages == turn2.messages  # another replica injects the same bytes
+
+
+def test_a_pin_is_the_viewers_own(tmp_path: Path) -> None:
+    memory = ScriptedMemory(RecallResult(prepend_context="secret", system_context="", hits=[], persona=""), False)
+    proxy = MemoryProxy(memory, LocalFileStore(tmp_path, fsync=False), Settings(), clock=lambda: NOW)
+    coder = {"x-mnemoflow-session": "s1", "x-mnemoflow-agent": "coder"}
+    asyncio.run(proxy.prepare("acme", ChatRequest(model="m", messages=ARRAY[:2]), coder))
+    memory.result = RecallResult(prepend_context="", system_context="", hits=[], persona="")
+    later = ChatRequest(model="m", messages=ARRAY[:6])
+    other = asyncio.run(proxy.prepare("acme", later, {"x-mnemoflow-session": "s1"}))
+    assert all("secret" not in str(m["content"]) for m in other.messages)  # another agent, no pin of coder's
+    same = asyncio.run(proxy.prepare("acme", later, coder))
+    assert same.messages[1]["content"] == "secret\n\nList the files."
 
 
 def test_the_proxy_recalls_as_the_agent_its_headers_name_and_keeps_no_recall_across_agents(tmp_path: Path) -> None:
     memory = ScriptedMemory(RecallResult(prepend_context="tea", system_context="", hits=[], persona=""), False)
-    proxy = MemoryProxy(memory, CaptureLog(LocalFileStore(tmp_path, fsync=False)), Settings(), clock=lambda: NOW)
+    proxy = MemoryProxy(memory, LocalFileStore(tmp_path, fsync=False), Settings(), clock=lambda: NOW)
     body = ChatRequest(model="m", messages=ARRAY[:2])
 
     async def ask(headers: dict[str, str]) -> None:

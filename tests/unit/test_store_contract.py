@@ -145,29 +145,6 @@ def test_count_per_tenant_and_user(store: VectorStore) -> None:
     assert (store.count("t1"), store.count("t1", "u1"), store.count("t1", "u2"), store.count("t2")) == (5, 3, 2, 1)
 
 
-def test_version_changes_with_every_write_seen_from_any_open(open_store: Opener) -> None:
-    """What lets a caller reuse a search result: the token read before it changes after any later write, this
-    open's or another's (another process, for a file), and stays put while nothing is written."""
-    reader, writer = open_store(), open_store()
-    before = reader.version("t1", "u1")
-    if before is None:  # the backend cannot tell: callers never reuse, which is always correct
-        writer.upsert([atom(1)])
-        assert reader.version("t1", "u1") is None
-        return
-    assert reader.version("t1", "u1") == before
-    seen = [before]
-    for write in (
-        lambda: writer.upsert([atom(1)]),
-        lambda: reader.upsert([atom(2)]),
-        lambda: writer.delete("t1", "u1", ["a1"]),
-        lambda: reader.delete("t1", "u1", ["a2"]),
-    ):
-        write()
-        now = reader.version("t1", "u1")
-        assert now not in seen and writer.version("t1", "u1") is not None
-        seen.append(now)
-
-
 def test_exact_text_match_ranks_first(store: VectorStore) -> None:
     store.upsert([atom(i) for i in range(60)])
     target = atom(17)

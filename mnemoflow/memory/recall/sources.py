@@ -7,16 +7,13 @@ that write the files, so the format has one parser.
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Sequence
 from typing import Protocol
 
 from mnemoflow.memory.persona.generate import PersonaStore, render_navigation
 from mnemoflow.memory.scenes.paths import ScenePaths
 from mnemoflow.memory.scenes.store import SceneStore
 from mnemoflow.ports import FileStore
-from mnemoflow.scopes import SHARED, scope_parts
-from mnemoflow.storage import Layout
+from mnemoflow.scopes import SHARED
 
 
 class ContextSource(Protocol):
@@ -48,20 +45,3 @@ class FileContextSource:
             return ""
         prefix = ScenePaths(tenant, user, scope).scenes_dir + "/"
         return render_navigation(scenes, prefix=prefix, framed=scope == SHARED)
-
-
-def context_digest(files: FileStore, tenant: str, user: str, scopes: Sequence[str] = (SHARED,)) -> str:
-    """What recall's system context is made of for a viewer of ``scopes`` (the persona and scene files of those
-    scopes, read raw), hashed: any rewrite changes it, so a recall kept for reuse is dropped when the context it
-    rendered changed, and only then (another agent's rewrite keeps it). Skills count too."""
-    digest = hashlib.blake2b(digest_size=16)
-    for scope in scopes:
-        paths = ScenePaths(tenant, user, scope)
-        names = SceneStore(files, tenant, user, scope).names()
-        for path in (paths.persona, *(paths.scene(name) for name in names)):
-            digest.update(path.encode() + b"\0" + (files.read_bytes(path) or b"") + b"\0")
-    # The skills index: its folders' file ids and sizes (a skill write replaces its file), not every file's bytes.
-    for agent in (None, *(name for kind, name in map(scope_parts, scopes) if kind == "agent")):
-        folder = Layout.skills_dir(tenant, agent)
-        digest.update(folder.encode() + repr(sorted(files.stat_dir(folder).items())).encode())
-    return digest.hexdigest()
