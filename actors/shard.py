@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -263,18 +263,26 @@ class SessionShard:
             agent = owner_agent(self._files, tenant, session)
             unfinished = {active} if active else set()
             now = self._clock.now()
-            try:
-                if self._llm is not None and "skills" in self._model_stages:
-                    done = await learn_session_with_model(
-                        self._files, tenant, session, now, self._llm, agent=agent, unfinished=unfinished
-                    )
-                else:
-                    done = await asyncio.to_thread(
-                        learn_session, self._files, tenant, session, now, agent=agent, unfinished=unfinished
-                    )
-            except Exception:
-                log.exception("skill pass for %s/%s failed; the next one retries it", tenant, session)
-                return
+            model = self._llm is not None and "skills" in self._model_stages
+            attributes = {"mnemoflow.shard": self.index, "mnemoflow.skills.engine": "model" if model else "heuristic"}
+            traced = self._tracing.span("mnemoflow.shard.skill_pass", None, attributes) if self._tracing else None
+            with traced or nullcontext() as span:
+                try:
+                    if model:
+                        assert self._llm is not None
+                        done = await learn_session_with_model(
+                            self._files, tenant, session, now, self._llm, agent=agent, unfinished=unfinished
+                        )
+                    else:
+                        done = await asyncio.to_thread(
+                            learn_session, self._files, tenant, session, now, agent=agent, unfinished=unfinished
+                        )
+                except Exception:
+                    log.exception("skill pass for %s/%s failed; the next one retries it", tenant, session)
+                    return
+                if span is not None:
+                    for action, count in Counter(item.action for item in done).items():
+                        span.set_attribute(f"mnemoflow.skills.{action}", count)
             self._metrics.skills_learnt(done)
 
         task = asyncio.get_running_loop().create_task(learn())

@@ -40,7 +40,7 @@ class ApiDeps:
     _building: asyncio.Future[Recaller] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        self.skills = SkillPasses(self.files)
+        self.skills = SkillPasses(self.files, self.metrics.skills_learnt)
 
     async def recaller(self) -> Recaller:
         """Built once, on first use (it loads the embedding model and opens the index), off the event loop.

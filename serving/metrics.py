@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from mnemoflow.memory.recall.recaller import RecallResult
+from mnemoflow.skills.learn import Learnt
 
 STAGE_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-"""From a millisecond: capture planning and a kept recall's version read take about that."""
+"""From a millisecond: capture planning takes about that."""
 
 
 class ApiMetrics:
@@ -37,6 +40,27 @@ class ApiMetrics:
             buckets=STAGE_BUCKETS_S,
             registry=self.registry,
         )
+
+        self.skill_reads = Counter(
+            "mnemoflow_skill_reads",
+            "Skills read through the API (an agent's skill_read), by the kind of set: shared or agent",
+            ["scope"],
+            registry=self.registry,
+        )
+        self.skill_tasks = Counter(
+            "mnemoflow_api_skill_tasks",
+            "Tasks the API's skill passes (a session's end, the explicit call) distilled, by what the fold did: "
+            "store, merge, skip; the session shards count theirs in mnemoflow_shard_skill_tasks",
+            ["action"],
+            registry=self.registry,
+        )
+
+    def skill_read(self, scope: str) -> None:
+        self.skill_reads.labels(scope.split(":", 1)[0]).inc()
+
+    def skills_learnt(self, done: Sequence[Learnt]) -> None:
+        for item in done:
+            self.skill_tasks.labels(item.action).inc()
 
     def proxy_stage(self, stage: str, ms: float) -> None:
         self.proxy_stages.labels(stage).observe(ms / 1000)

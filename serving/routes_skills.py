@@ -76,13 +76,17 @@ def skills_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
     async def read_skill(name: SkillName, caller: Holder, scope: Annotated[Scope | None, Query()] = None) -> Response:
         """One skill as its Markdown file: when to use it, steps, pitfalls, each with its ``[from session#node]``
         drill-down reference (``GET /v1/sessions/{session}/nodes/{node}``). Without ``scope``, the key's own
-        agent's skill of that name, else the shared one: what an agent reading a name from its index means."""
+        agent's skill of that name, else the shared one: what an agent reading a name from its index means.
+        A read counts as a use (the file's ``uses``; the CLI and the dashboard read the files, uncounted)."""
         scopes = [scope] if scope is not None else [*([f"agent:{caller.agent}"] if caller.agent else []), SHARED]
         for candidate in scopes:
+            skills = store(caller, candidate)
             try:
-                skill = store(caller, candidate).get(name)
+                async with deps.skills.lock(caller.tenant, candidate):
+                    skill = await asyncio.to_thread(skills.record_use, name)
             except NotFound:
                 continue
+            deps.metrics.skill_read(candidate)
             return Response(render_skill(skill), media_type="text/markdown; charset=utf-8")
         raise HTTPException(404, f"no skill named {name!r}")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from mnemoflow.ports.files import FileStore
@@ -20,8 +21,10 @@ log = logging.getLogger(__name__)
 
 
 class SkillPasses:
-    def __init__(self, files: FileStore) -> None:
+    def __init__(self, files: FileStore, counted: Callable[[list[Learnt]], None] = lambda done: None) -> None:
+        """``counted``: told what each pass did (the API's ``mnemoflow_api_skill_tasks``)."""
         self._files = files
+        self._counted = counted
         self._locks: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
         self._background: set[asyncio.Task[list[Learnt]]] = set()
 
@@ -36,7 +39,9 @@ class SkillPasses:
     async def run(self, tenant: str, session: str, scope: str) -> list[Learnt]:
         agent = scope_parts(scope)[1] or None
         async with self.lock(tenant, scope):
-            return await asyncio.to_thread(learn_session, self._files, tenant, session, datetime.now(UTC), agent=agent)
+            done = await asyncio.to_thread(learn_session, self._files, tenant, session, datetime.now(UTC), agent=agent)
+        self._counted(done)
+        return done
 
     def start(self, tenant: str, session: str) -> None:
         """Run the pass in the background; a failure is logged (the pass is idempotent: the next one redoes it)."""

@@ -58,12 +58,13 @@ class SkillStore:
 
     def edit(self, edited: Skill, now: datetime) -> Skill:
         """Replace the stored skill of ``edited.name`` with a person's edit (:class:`NotFound` if there is none):
-        ``created``, ``sources`` and the version come from the stored one, which goes to the history."""
+        ``created``, ``sources``, ``uses`` and the version come from the stored one, which goes to the history."""
         old = self.get(edited.name)
         new = edited.model_copy(
             update={
                 "created": old.created,
                 "sources": old.sources,
+                "uses": old.uses,
                 "version": old.version + 1,
                 "updated": now,
                 "engine": "edited",
@@ -71,6 +72,15 @@ class SkillStore:
         )
         self.put(new)
         return new
+
+    def record_use(self, name: str) -> Skill:
+        """``name`` read by an agent: its ``uses`` go up by one, in place (not a new version: the text is the
+        same, and the skills index does not show uses, so recall's system context stays byte-identical).
+        :class:`NotFound` if there is none."""
+        skill = self.get(name)
+        used = skill.model_copy(update={"uses": skill.uses + 1})
+        self.put(used, keep_history=False)
+        return used
 
     def history(self, name: str) -> list[int]:
         """The versions kept of ``name``, oldest first."""

@@ -90,11 +90,19 @@ def test_a_session_owned_by_an_agent_makes_private_skills_that_other_agents_do_n
 
 
 def test_recall_index_is_byte_stable_until_a_skill_changes(client: TestClient) -> None:
+    """A read counts a use (in the file and the metrics) without changing the index: uses are not in it."""
     client.post("/v1/sessions/s1/skills", json={}, headers=ADMIN)
     first = client.post("/v1/recall", json={"user": "ana", "query": "timezone crash"}, headers=ADMIN).json()
+    (listed,) = client.get("/v1/skills", headers=ADMIN).json()
+    for _ in range(2):
+        assert client.get(f"/v1/skills/{listed['name']}", headers=ADMIN).status_code == 200
+    assert "uses: 3" in client.get(f"/v1/skills/{listed['name']}", headers=ADMIN).text  # this read counted too
     again = client.post("/v1/recall", json={"user": "ana", "query": "something else entirely"}, headers=ADMIN).json()
     assert "<skills-index>" in first["system_context"] and first["system_context"] == again["system_context"]
-    (listed,) = client.get("/v1/skills", headers=ADMIN).json()
+    assert client.get(f"/v1/skills/{listed['name']}/history", headers=ADMIN).json() == []  # a use is no version
+    metrics = client.get("/metrics").text
+    assert 'mnemoflow_skill_reads_total{scope="shared"} 3.0' in metrics
+    assert 'mnemoflow_api_skill_tasks_total{action="store"} 1.0' in metrics
     client.delete(f"/v1/skills/{listed['name']}", headers=ADMIN)
     after = client.post("/v1/recall", json={"user": "ana", "query": "timezone crash"}, headers=ADMIN).json()
     assert "<skills-index>" not in after["system_context"]

@@ -4,12 +4,15 @@ import asyncio
 import time
 from pathlib import Path
 
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
 from actors.shard import SessionShard
 from mnemoflow.events import ToolResultEvent
 from mnemoflow.offload.entries import OffloadWriter
 from mnemoflow.offload.replies import CompactReply
 from mnemoflow.skills.store import SkillStore
 from mnemoflow.storage import LocalFileStore
+from mnemoflow.tracing import Tracing
 from tests.skill_tasks import EN, NOW, trajectory
 
 NEXT = (
@@ -20,6 +23,8 @@ NEXT = (
 
 def test_a_new_long_task_sends_the_finished_one_to_the_skill_pass(tmp_path: Path) -> None:
     shard = SessionShard(0, str(tmp_path), 60.0, 10)
+    spans = InMemorySpanExporter()
+    shard._tracing = Tracing.to(spans, "shard", batch=False)
     first = trajectory(EN)
     files = LocalFileStore(tmp_path)
 
@@ -45,10 +50,16 @@ def test_a_new_long_task_sends_the_finished_one_to_the_skill_pass(tmp_path: Path
         reply = await shard.compact("t", "s", [*first, {"role": "user", "content": NEXT}], 50_000)
         assert isinstance(reply, CompactReply)
         deadline = time.monotonic() + 10
-        while not SkillStore(files, "t").names() and time.monotonic() < deadline:
+        while not spans.get_finished_spans() and time.monotonic() < deadline:  # the pass's span ends after it
             await asyncio.sleep(0.02)
         return SkillStore(files, "t").names()
 
     (name,) = asyncio.run(run())
     skill = SkillStore(files, "t").get(name)
     assert skill.sources == ("s#001",) and skill.area == "dateparse"
+    (span,) = [s for s in spans.get_finished_spans() if s.name == "mnemoflow.shard.skill_pass"]
+    assert dict(span.attributes or {}) == {
+        "mnemoflow.shard": 0,
+        "mnemoflow.skills.engine": "heuristic",
+        "mnemoflow.skills.store": 1,
+    }
