@@ -10,7 +10,8 @@ one block for the rest of the session, and the prompt only grows, as the agent's
 A file per session (``proxy-recall.json`` in its folder), read through an LRU: another replica, or this one after
 a restart, injects the same bytes. A pin is the viewer's (an agent's private memories never reach a prompt sent as
 another agent); a session keeps its latest :data:`MAX_PINS`, so an older message loses its block (its cached prefix
-with it) only after that many user turns.
+with it) only after that many user turns. A block is at most recall's ``max_prepend_chars`` (2,400 by default), so
+the LRU of 256 sessions holds at most ~40 MB (twice that in Chinese), and usually a few.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def viewer_key(viewer: Viewer) -> str:
 class RecallPins:
     FILE = "proxy-recall.json"
 
-    def __init__(self, files: FileStore, capacity: int = 1000) -> None:
+    def __init__(self, files: FileStore, capacity: int = 256) -> None:
         self._files = files
         self._cache: LRU[tuple[str, str], Pins] = LRU(capacity)
 
