@@ -16,9 +16,9 @@ from pydantic import BaseModel, Field
 from mnemoflow.client.models import LearntOut, SkillSummary
 from mnemoflow.errors import NotFound
 from mnemoflow.offload.owner import may_use, owner_of
-from mnemoflow.scopes import SHARED, Caller, Scope, scope_parts
+from mnemoflow.scopes import SHARED, Caller, Scope
 from mnemoflow.skills.index import rank_skills
-from mnemoflow.skills.model import NAME_PATTERN, Skill, parse_skill, render_skill
+from mnemoflow.skills.model import NAME_PATTERN, Skill, parse_edit, render_skill
 from mnemoflow.skills.store import SkillStore
 from serving.deps import ApiDeps, PathId
 
@@ -51,12 +51,13 @@ def skills_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
 
     def store(caller: Caller, scope: str) -> SkillStore:
         """The skill set of ``scope`` if the key may see it: 404 as for another tenant's otherwise, 422 for a team."""
-        kind, name = scope_parts(scope)
-        if kind == "team":
-            raise HTTPException(422, "skills are shared or private to an agent (agent:<agent>), not a team's")
+        try:
+            skills = SkillStore.of_scope(deps.files, caller.tenant, scope)
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from exc
         if not caller.sees(scope):
             raise HTTPException(404, f"no {scope} skills for this key")
-        return SkillStore(deps.files, caller.tenant, name if kind == "agent" else None)
+        return skills
 
     @router.get("/v1/skills", response_model=list[SkillSummary])
     async def list_skills(caller: Holder, scope: SkillScope = SHARED) -> list[SkillSummary]:
@@ -95,11 +96,9 @@ def skills_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         if len(body) > MAX_SKILL_BYTES:
             raise HTTPException(413, f"a skill file is at most {MAX_SKILL_BYTES} bytes")
         try:
-            edited = parse_skill(body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise HTTPException(422, f"not a skill file: {exc}") from exc
-        if edited.name != name:
-            raise HTTPException(422, f"the file names skill {edited.name!r}, the path {name!r}")
+            edited = parse_edit(body.decode("utf-8"), name)
+        except ValueError as exc:  # UnicodeDecodeError is one
+            raise HTTPException(422, str(exc)) from exc
         skills = store(caller, scope)
         async with deps.skills.lock(caller.tenant, scope):
             try:

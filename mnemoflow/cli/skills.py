@@ -76,14 +76,12 @@ def edit(
     data_dir: DataDir = None,
 ) -> None:
     """Replace a skill with an edited file; the old version is kept in its history."""
-    from mnemoflow.skills.model import parse_skill
+    from mnemoflow.skills.model import parse_edit
 
     try:
-        edited = parse_skill(source.read_text(encoding="utf-8"))
+        edited = parse_edit(source.read_text(encoding="utf-8"), name)
     except ValueError as exc:
-        raise typer.BadParameter(f"{source} is not a skill file: {exc}") from exc
-    if edited.name != name:
-        raise typer.BadParameter(f"{source} names skill {edited.name!r}, not {name!r}")
+        raise typer.BadParameter(f"{source}: {exc}") from exc
     try:
         new = _store(tenant, agent, data_dir).edit(edited, datetime.now(UTC))
     except NotFound as exc:

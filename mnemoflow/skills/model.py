@@ -210,6 +210,18 @@ def parse_skill(text: str) -> Skill:
     )
 
 
+def parse_edit(text: str, name: str) -> Skill:
+    """A person's edit of skill ``name`` (the API's body, the dashboard's form, the CLI's file): ValueError with the
+    reason when it is not a skill file or names another skill."""
+    try:
+        edited = parse_skill(text)
+    except ValueError as exc:
+        raise ValueError(f"not a skill file: {exc}") from exc
+    if edited.name != name:
+        raise ValueError(f"the file names skill {edited.name!r}, not {name!r}")
+    return edited
+
+
 def within_budget(skill: Skill, budget: int = SKILL_TOKENS) -> Skill:
     """``skill`` with its last pitfalls, then its middle steps, left out until its file is ``budget`` o200k tokens
     or fewer (a step or pitfall left out still drills down from the canvas it came from)."""
