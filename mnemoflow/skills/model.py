@@ -50,6 +50,10 @@ WHEN_MAX = 240
 NAME_PATTERN = r"[a-z0-9\u4e00-\u9fff][a-z0-9\u4e00-\u9fff-]{0,47}"
 """Lower-case slug (CJK allowed), at most 48 characters: the file name, the index entry and the API path part."""
 
+RESERVED_NAMES = frozenset({"export"})
+"""Words the API's ``GET /v1/skills/<word>`` routes take before a skill's name (the skills bundle): no skill is
+stored under one, so every skill stays readable by name."""
+
 SkillName = Annotated[str, StringConstraints(pattern=f"^{NAME_PATTERN}$")]
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 

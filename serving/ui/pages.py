@@ -230,6 +230,14 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
         except ValueError:
             return None
 
+    async def stored_skill(tenant: str, scope: str, name: str) -> tuple[SkillStore, Skill] | None:
+        """The skill ``name`` of ``scope`` and its set; None when there is no such skill (or scope)."""
+        skills = skill_set(tenant, scope)
+        try:
+            return (skills, await asyncio.to_thread(skills.get, name)) if skills else None
+        except NotFound:
+            return None
+
     def skill_view(
         tenant: str, skills: SkillStore, skill: Skill, text: str | None = None, error: str | None = None
     ) -> HTMLResponse:
@@ -256,14 +264,9 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
     async def skill_page(name: str, tenant: Tenant, scope: str = SHARED) -> HTMLResponse:
         """A skill: its META fields, when to use it, its steps and pitfalls (each drills down to its canvas node),
         its history, and the forms to edit or delete it."""
-        skills = skill_set(tenant, scope)
-        try:
-            skill = await asyncio.to_thread(skills.get, name) if skills else None
-        except NotFound:
-            skill = None
-        if skills is None or skill is None:
+        if (found := await stored_skill(tenant, scope, name)) is None:
             return missing(tenant, f"{scope} skill {name}")
-        return skill_view(tenant, skills, skill)
+        return skill_view(tenant, *found)
 
     @router.post("/skills/{name}/edit", response_model=None)
     async def edit_skill(
@@ -271,14 +274,10 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
     ) -> HTMLResponse | RedirectResponse:
         """Replace the skill with the posted Markdown, as ``PUT /v1/skills/{name}`` does (version up, the old one
         kept in its history); a file that does not parse comes back in the form with the reason."""
-        skills = skill_set(tenant, scope)
         text = (await _form(request)).get("text", "")
-        try:
-            current = await asyncio.to_thread(skills.get, name) if skills else None
-        except NotFound:
-            current = None
-        if skills is None or current is None:
+        if (found := await stored_skill(tenant, scope, name)) is None:
             return missing(tenant, f"{scope} skill {name}")
+        skills, current = found
         try:
             if len(text.encode()) > MAX_SKILL_BYTES:
                 raise ValueError(f"a skill file is at most {MAX_SKILL_BYTES} bytes")
