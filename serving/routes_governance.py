@@ -10,9 +10,7 @@ another body it is refused (409).
 import asyncio
 import hashlib
 import io
-import tempfile
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -47,6 +45,7 @@ from mnemoflow.scopes import Caller, ScopeKind
 from mnemoflow.storage import Layout
 from mnemoflow.storage.layout import users as stored_users
 from serving.deps import ApiDeps, PathId
+from serving.downloads import tar_download
 from serving.security import acting
 
 Wait = Annotated[float, Query(ge=0, le=60, description="Seconds to wait for the operation to be applied.")]
@@ -254,22 +253,12 @@ def governance_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
     async def export(user: PathId, tenant: Tenant, sessions: bool = False) -> StreamingResponse:
         """The user's bundle (``mnemoflow-user-bundle`` v1, a tar; see :mod:`mnemoflow.governance.bundle`)."""
         records(tenant, user)
-        spool = tempfile.SpooledTemporaryFile(max_size=8 << 20)
         model = (await deps.recaller()).store.embedding_model
-        await asyncio.to_thread(
-            export_user, deps.files, tenant, user, spool, embedding_model=model, at=datetime.now(UTC), sessions=sessions
+        at = datetime.now(UTC)
+        return await tar_download(
+            lambda out: export_user(deps.files, tenant, user, out, embedding_model=model, at=at, sessions=sessions),
+            f"{user}.mnemoflow.tar",
         )
-        spool.seek(0)
-
-        async def chunks() -> AsyncIterator[bytes]:
-            try:
-                while chunk := await asyncio.to_thread(spool.read, 1 << 20):
-                    yield chunk
-            finally:
-                spool.close()
-
-        headers = {"Content-Disposition": f'attachment; filename="{user}.mnemoflow.tar"'}
-        return StreamingResponse(chunks(), media_type="application/x-tar", headers=headers)
 
     @router.post("/v1/users/{user}/import", status_code=202, response_model=OperationStatus)
     async def import_bundle(

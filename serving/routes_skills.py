@@ -1,4 +1,5 @@
-"""Skill routes: list, read, edit and delete a tenant's skills, their history, and distil a session's tasks now.
+"""Skill routes: list, read, edit and delete a tenant's skills, their history, export and import them as a bundle,
+and distil a session's tasks now.
 
 A skill is ``shared`` (every agent of the tenant) or private to one agent (``agent:<agent>``); a key reads and
 writes the scopes it sees (docs/concepts/scopes.md), as for scenes. Skills have no team scope.
@@ -7,20 +8,24 @@ Writes of one skill set are serialised in this process (:mod:`serving.skill_pass
 """
 
 import asyncio
+import io
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
 from mnemoflow.client.models import LearntOut, SkillSummary
 from mnemoflow.errors import NotFound
 from mnemoflow.offload.owner import may_use, owner_of
-from mnemoflow.scopes import SHARED, Caller, Scope, scope_parts
+from mnemoflow.scopes import SHARED, Caller, Scope
+from mnemoflow.skills.bundle import export_skills, import_scope, read_skills_bundle
 from mnemoflow.skills.index import rank_skills
-from mnemoflow.skills.model import NAME_PATTERN, Skill, parse_skill, render_skill
-from mnemoflow.skills.store import SkillStore
+from mnemoflow.skills.model import NAME_PATTERN, Skill, parse_edit, render_skill
+from mnemoflow.skills.store import SkillStore, skill_stores
 from serving.deps import ApiDeps, PathId
+from serving.downloads import tar_download
 
 SkillName = Annotated[str, Path(pattern=f"^{NAME_PATTERN}$", description="a skill name as listed")]
 SkillScope = Annotated[Scope, Query(description="shared (the default) or agent:<agent>, one the key may see.")]
@@ -51,12 +56,13 @@ def skills_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
 
     def store(caller: Caller, scope: str) -> SkillStore:
         """The skill set of ``scope`` if the key may see it: 404 as for another tenant's otherwise, 422 for a team."""
-        kind, name = scope_parts(scope)
-        if kind == "team":
-            raise HTTPException(422, "skills are shared or private to an agent (agent:<agent>), not a team's")
+        try:
+            skills = SkillStore.of_scope(deps.files, caller.tenant, scope)
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from exc
         if not caller.sees(scope):
             raise HTTPException(404, f"no {scope} skills for this key")
-        return SkillStore(deps.files, caller.tenant, name if kind == "agent" else None)
+        return skills
 
     @router.get("/v1/skills", response_model=list[SkillSummary])
     async def list_skills(caller: Holder, scope: SkillScope = SHARED) -> list[SkillSummary]:
@@ -71,6 +77,41 @@ def skills_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         scopes = [SHARED, *([f"agent:{caller.agent}"] if caller.agent else [])]
         skills = [s for scope in scopes for s in await asyncio.to_thread(store(caller, scope).all)]
         return [summary(s) for s in rank_skills(body.query, skills, body.limit)]
+
+    @router.get("/v1/skills/export", response_class=StreamingResponse)
+    async def export_skills_bundle(
+        caller: Holder,
+        scope: Annotated[Scope | None, Query(description="One scope; default: every one the key sees.")] = None,
+        history: Annotated[bool, Query(description="With the versions edits replaced.")] = False,
+    ) -> StreamingResponse:
+        """The tenant's skills as a bundle (``mnemoflow-skills-bundle`` v1, a tar; see
+        :mod:`mnemoflow.skills.bundle`): one scope, or the shared skills and every agent's the key sees."""
+        if scope is not None:
+            store(caller, scope)  # the key sees it, or 404/422
+        stores = await asyncio.to_thread(skill_stores, deps.files, caller.tenant)
+        scopes = [scope] if scope is not None else [s.scope for s in stores if caller.sees(s.scope)]
+        at = datetime.now(UTC)
+        return await tar_download(
+            lambda out: export_skills(deps.files, caller.tenant, out, at=at, scopes=scopes, history=history),
+            f"{caller.tenant}.skills.tar",
+        )
+
+    @router.post("/v1/skills/import", response_model=list[LearntOut])
+    async def import_skills_bundle(request: Request, caller: Holder) -> list[LearntOut]:
+        """Fold a skills bundle (the request body, at most ``max_import_bytes``) into this tenant's skills, each
+        scope's into the same scope, as a distilled task folds (skip, merge or store: importing twice adds
+        nothing); ``task`` is the bundle member. 400 with the reason for a broken or tampered bundle, 404 when it
+        holds a scope the key does not see (checked before anything is written)."""
+        bundle = await asyncio.to_thread(read_skills_bundle, io.BytesIO(await request.body()))
+        for scope in bundle.skills:
+            store(caller, scope)
+        done = []
+        for scope in sorted(bundle.skills):
+            async with deps.skills.lock(caller.tenant, scope):
+                done += await asyncio.to_thread(
+                    import_scope, deps.files, caller.tenant, bundle, scope, datetime.now(UTC)
+                )
+        return [LearntOut.model_validate(item, from_attributes=True) for item in done]
 
     @router.get("/v1/skills/{name}")
     async def read_skill(name: SkillName, caller: Holder, scope: Annotated[Scope | None, Query()] = None) -> Response:
@@ -99,11 +140,9 @@ def skills_router(deps: ApiDeps, tenant_dep: Any) -> APIRouter:
         if len(body) > MAX_SKILL_BYTES:
             raise HTTPException(413, f"a skill file is at most {MAX_SKILL_BYTES} bytes")
         try:
-            edited = parse_skill(body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise HTTPException(422, f"not a skill file: {exc}") from exc
-        if edited.name != name:
-            raise HTTPException(422, f"the file names skill {edited.name!r}, the path {name!r}")
+            edited = parse_edit(body.decode("utf-8"), name)
+        except ValueError as exc:  # UnicodeDecodeError is one
+            raise HTTPException(422, str(exc)) from exc
         skills = store(caller, scope)
         async with deps.skills.lock(caller.tenant, scope):
             try:

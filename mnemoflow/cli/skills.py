@@ -1,4 +1,4 @@
-"""``mnemoflow skill``: list, show, edit, delete and distil skills on the data directory.
+"""``mnemoflow skill``: list, show, edit, delete, distil, export and import skills on the data directory.
 
 Like ``export``, these act on the files directly (a read is safe at any time; run writes with the stack stopped or
 use the API, ``/v1/skills``, whose writes are serialised).
@@ -6,6 +6,7 @@ use the API, ``/v1/skills``, whose writes are serialised).
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -76,14 +77,12 @@ def edit(
     data_dir: DataDir = None,
 ) -> None:
     """Replace a skill with an edited file; the old version is kept in its history."""
-    from mnemoflow.skills.model import parse_skill
+    from mnemoflow.skills.model import parse_edit
 
     try:
-        edited = parse_skill(source.read_text(encoding="utf-8"))
+        edited = parse_edit(source.read_text(encoding="utf-8"), name)
     except ValueError as exc:
-        raise typer.BadParameter(f"{source} is not a skill file: {exc}") from exc
-    if edited.name != name:
-        raise typer.BadParameter(f"{source} names skill {edited.name!r}, not {name!r}")
+        raise typer.BadParameter(f"{source}: {exc}") from exc
     try:
         new = _store(tenant, agent, data_dir).edit(edited, datetime.now(UTC))
     except NotFound as exc:
@@ -115,4 +114,50 @@ def distil(
     for session in sessions:
         for item in learn_session(files, tenant, session, datetime.now(UTC), agent=agent):
             table.add_row(item.task, item.action, item.skill or "", item.reason)
+    console.print(table)
+
+
+@app.command("export", epilog=see("concepts/skills.md"))
+def export_(
+    out: Annotated[Path, typer.Argument(help="Bundle file; '-' writes to stdout.")],
+    tenant: TenantOpt = "default",
+    scope: Annotated[
+        list[str] | None, typer.Option(help="Only this scope: shared or agent:<agent> (repeat for more).")
+    ] = None,
+    history: Annotated[bool, typer.Option(help="With the versions edits replaced.")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Write the tenant's skills as a bundle (mnemoflow-skills-bundle v1: skill files, manifest with checksums)."""
+    from mnemoflow.skills.bundle import export_skills
+
+    files = _files(data_dir)
+    stream = sys.stdout.buffer if str(out) == "-" else out.open("wb")
+    try:
+        manifest = export_skills(files, tenant, stream, at=datetime.now(UTC), scopes=scope, history=history)
+    finally:
+        if stream is not sys.stdout.buffer:
+            stream.close()
+    Console(stderr=True).print(f"exported the skills of {tenant}, files: {len(manifest.files)}")
+
+
+@app.command("import", epilog=see("concepts/skills.md"))
+def import_(
+    bundle: Annotated[Path, typer.Argument(help="A bundle written by `mnemoflow skill export` or the export route.")],
+    tenant: TenantOpt = "default",
+    data_dir: DataDir = None,
+) -> None:
+    """Fold a skills bundle into the tenant's skills, each scope into the same scope: a skill whose tasks are
+    known is skipped, a close one merges, another is stored (importing twice adds nothing)."""
+    from mnemoflow.errors import InvalidInput
+    from mnemoflow.skills.bundle import import_skills, read_skills_bundle
+
+    files = _files(data_dir)
+    try:
+        with bundle.open("rb") as fh:
+            read = read_skills_bundle(fh)
+    except InvalidInput as exc:
+        raise typer.BadParameter(f"{bundle}: {exc}") from exc
+    table = Table("member", "action", "skill", "why")
+    for item in import_skills(files, tenant, read, datetime.now(UTC)):
+        table.add_row(item.task, item.action, item.skill or "", item.reason)
     console.print(table)

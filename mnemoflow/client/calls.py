@@ -216,6 +216,17 @@ def skill_history(name: str, scope: str | None = None) -> Call[list[int]]:
     )
 
 
+def export_skills(scope: str | None = None, history: bool = False) -> Call[bytes]:
+    """The tenant's skills as a bundle (a tar, ``mnemoflow-skills-bundle`` v1): ``scope``'s, or every one the key
+    sees; ``history`` adds the versions edits replaced."""
+    return Call("GET", "/v1/skills/export", lambda r: r.content, params={**_scoped(scope), "history": history})
+
+
+def import_skills(bundle: bytes) -> Call[list[LearntOut]]:
+    """Fold a skills bundle into the tenant's skills (skip, merge or store each one: importing twice adds nothing)."""
+    return Call("POST", "/v1/skills/import", _list(LearntOut), content=bundle)
+
+
 def distil_skills(session: str, scope: str | None = None) -> Call[list[LearntOut]]:
     """Distil the session's long tasks into skills now (idempotent); ``scope`` defaults to the session's agent."""
     return Call("POST", f"/v1/sessions/{_seg(session)}/skills", _list(LearntOut), json={"scope": scope})

@@ -176,6 +176,12 @@ class Client:
     def skill_history(self, name: str, scope: str | None = None) -> list[int]:
         return self.send(calls.skill_history(name, scope))
 
+    def export_skills(self, scope: str | None = None, history: bool = False) -> bytes:
+        return self.send(calls.export_skills(scope, history))
+
+    def import_skills(self, bundle: bytes) -> list[LearntOut]:
+        return self.send(calls.import_skills(bundle))
+
     def distil_skills(self, session: str, scope: str | None = None) -> list[LearntOut]:
         return self.send(calls.distil_skills(session, scope))
 
@@ -354,6 +360,12 @@ class AsyncClient:
 
     async def skill_history(self, name: str, scope: str | None = None) -> list[int]:
         return await self.send(calls.skill_history(name, scope))
+
+    async def export_skills(self, scope: str | None = None, history: bool = False) -> bytes:
+        return await self.send(calls.export_skills(scope, history))
+
+    async def import_skills(self, bundle: bytes) -> list[LearntOut]:
+        return await self.send(calls.import_skills(bundle))
 
     async def distil_skills(self, session: str, scope: str | None = None) -> list[LearntOut]:
         return await self.send(calls.distil_skills(session, scope))

@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import hashlib
 import io
-import tarfile
-from collections.abc import Iterator
 from datetime import datetime
 from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mnemoflow.errors import Conflict, InvalidInput, StorageError
+from mnemoflow.errors import Conflict, InvalidInput
+from mnemoflow.governance.archive import BundleFile, read_archive, stored, walk, write_archive
 from mnemoflow.governance.operations import ImportUser
 from mnemoflow.governance.reindex import reindex_user
 from mnemoflow.ids import check_id
@@ -51,12 +50,6 @@ READS = (1, 2)
 _USER_PARTS = ("conversations", "records", "scenes", "persona.md", "state/l1_cursor.json")
 
 
-class BundleFile(BaseModel):
-    path: str
-    bytes: int
-    sha256: str
-
-
 class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -69,34 +62,18 @@ class Manifest(BaseModel):
     files: list[BundleFile] = Field(default_factory=list)
 
 
-def _walk(files: FileStore, path: str) -> Iterator[str]:
-    """Paths under ``path`` (relative to the root), depth first; ``path`` itself if it is a file."""
-    names = files.list_dir(path)
-    if names:
-        for name in names:
-            yield from _walk(files, f"{path}/{name}")
-    elif files.exists(path):
-        yield path  # a file, or an empty folder (export skips what it cannot read as a file)
-
-
 def bundle_members(files: FileStore, tenant: str, user: str, sessions: bool) -> list[tuple[str, str]]:
     """(member name, stored path) of everything a bundle holds for this user."""
     home = Layout.user_dir(tenant, user)
     scoped = [ScenePaths(tenant, user, s) for s in ScenePaths(tenant, user).scopes_on_disk(files)]
     parts = [f"{home}/{part}" for part in _USER_PARTS] + [p for s in scoped for p in (s.scenes_dir, s.persona)]
-    out = [(f"user/{p[len(home) + 1 :]}", p) for part in parts for p in _walk(files, part)]
+    out = [(f"user/{p[len(home) + 1 :]}", p) for part in parts for p in walk(files, part)]
     if sessions:
         names = sorted({m.session for m in read_l0(files, tenant, user, limit=10**9)})
         for s in names:
             folder = Layout.session_dir(tenant, s)
-            out += [(f"sessions/{s}/{p[len(folder) + 1 :]}", p) for p in _walk(files, folder)]
+            out += [(f"sessions/{s}/{p[len(folder) + 1 :]}", p) for p in walk(files, folder)]
     return out
-
-
-def _add(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
-    info = tarfile.TarInfo(name)
-    info.size, info.mtime, info.mode = len(data), int(mtime), 0o644
-    tar.addfile(info, io.BytesIO(data))
 
 
 def export_user(
@@ -111,18 +88,7 @@ def export_user(
 ) -> Manifest:
     """Write the bundle to ``out`` (any writable stream; nothing is seeked). Returns its manifest."""
     manifest = Manifest(tenant=tenant, user=user, embedding_model=embedding_model, created_at=at)
-    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-        for name, path in bundle_members(files, tenant, user, sessions):
-            try:
-                data = files.read_bytes(path)
-            except StorageError:  # an empty folder
-                continue
-            if data is None:  # removed while exporting (a retention sweep): not part of this bundle
-                continue
-            _add(tar, name, data, at.timestamp())
-            manifest.files.append(BundleFile(path=name, bytes=len(data), sha256=hashlib.sha256(data).hexdigest()))
-        _add(tar, "manifest.json", manifest.model_dump_json(indent=1).encode(), at.timestamp())
-    return manifest
+    return write_archive(out, stored(files, bundle_members(files, tenant, user, sessions)), manifest, at)
 
 
 def _target(tenant: str, user: str, name: str) -> str:
@@ -139,33 +105,7 @@ def _target(tenant: str, user: str, name: str) -> str:
 
 def read_bundle(stream: IO[bytes]) -> tuple[Manifest, dict[str, bytes]]:
     """Members and manifest of a bundle stream, checksums verified. Raises InvalidInput on any mismatch."""
-    members: dict[str, bytes] = {}
-    try:
-        with tarfile.open(fileobj=stream, mode="r|*") as tar:
-            for info in tar:
-                if not info.isfile():
-                    raise InvalidInput(f"bundle member {info.name!r} is not a regular file")
-                fh = tar.extractfile(info)
-                members[info.name] = fh.read() if fh is not None else b""
-    except tarfile.TarError as exc:
-        raise InvalidInput(f"not a readable bundle: {exc}") from exc
-    raw = members.pop("manifest.json", None)
-    if raw is None:
-        raise InvalidInput("bundle has no manifest.json")
-    try:
-        manifest = Manifest.model_validate_json(raw)
-    except ValueError as exc:
-        raise InvalidInput(f"bundle manifest is invalid: {exc}") from exc
-    if manifest.format != FORMAT or manifest.version not in READS:
-        readable = " and ".join(f"v{v}" for v in READS)
-        raise InvalidInput(f"bundle is {manifest.format} v{manifest.version}; this stack reads {FORMAT} {readable}")
-    listed = {f.path: f for f in manifest.files}
-    if set(listed) != set(members):
-        raise InvalidInput(f"bundle members and manifest differ: {sorted(set(listed) ^ set(members))[:5]}")
-    for name, data in members.items():
-        if hashlib.sha256(data).hexdigest() != listed[name].sha256:
-            raise InvalidInput(f"bundle member {name} does not match its checksum")
-    return manifest, members
+    return read_archive(stream, Manifest.model_validate_json, FORMAT, READS)
 
 
 def _occupied(files: FileStore, tenant: str, user: str) -> bool:

@@ -10,14 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from mnemoflow.ports.files import FileStore
-from mnemoflow.skills.store import SkillStore
-from mnemoflow.storage import Layout
-
-
-def skill_stores(files: FileStore, tenant: str) -> list[SkillStore]:
-    """The tenant's shared skills and every agent's own."""
-    agents = files.list_dir(Layout.agents_skills_dir(tenant))
-    return [SkillStore(files, tenant), *(SkillStore(files, tenant, agent) for agent in agents)]
+from mnemoflow.skills.store import skill_stores
 
 
 def forget_session(files: FileStore, tenant: str, session: str, now: datetime) -> int:

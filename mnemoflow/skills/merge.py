@@ -20,7 +20,7 @@ from typing import Literal
 
 from mnemoflow.lexical import terms
 from mnemoflow.ports.embedder import Embedder
-from mnemoflow.skills.model import MAX_PITFALLS, MAX_STEPS, Skill, within_budget
+from mnemoflow.skills.model import MAX_PITFALLS, MAX_STEPS, RESERVED_NAMES, Skill, within_budget
 
 Similarity = Callable[[Skill, Skill], float]
 LEXICAL_THRESHOLD = 0.5
@@ -122,5 +122,5 @@ def fold(
         return Fold("merge", merged(target, new, now, steps=succeeded), name, f"similar to {name} ({score:.2f})")
     if not succeeded:
         return Fold("skip", None, None, "the task did not succeed and no skill is close")
-    fresh = new.model_copy(update={"name": _free_name(new.name, {s.name for s in existing})})
+    fresh = new.model_copy(update={"name": _free_name(new.name, {s.name for s in existing} | RESERVED_NAMES)})
     return Fold("store", fresh, None, "new")

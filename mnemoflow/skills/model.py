@@ -50,6 +50,10 @@ WHEN_MAX = 240
 NAME_PATTERN = r"[a-z0-9\u4e00-\u9fff][a-z0-9\u4e00-\u9fff-]{0,47}"
 """Lower-case slug (CJK allowed), at most 48 characters: the file name, the index entry and the API path part."""
 
+RESERVED_NAMES = frozenset({"export"})
+"""Words the API's ``GET /v1/skills/<word>`` routes take before a skill's name (the skills bundle): no skill is
+stored under one, so every skill stays readable by name."""
+
 SkillName = Annotated[str, StringConstraints(pattern=f"^{NAME_PATTERN}$")]
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -208,6 +212,18 @@ def parse_skill(text: str) -> Skill:
         uses=int(fields.get("uses") or 0),
         engine=fields.get("engine", "heuristic"),
     )
+
+
+def parse_edit(text: str, name: str) -> Skill:
+    """A person's edit of skill ``name`` (the API's body, the dashboard's form, the CLI's file): ValueError with the
+    reason when it is not a skill file or names another skill."""
+    try:
+        edited = parse_skill(text)
+    except ValueError as exc:
+        raise ValueError(f"not a skill file: {exc}") from exc
+    if edited.name != name:
+        raise ValueError(f"the file names skill {edited.name!r}, not {name!r}")
+    return edited
 
 
 def within_budget(skill: Skill, budget: int = SKILL_TOKENS) -> Skill:

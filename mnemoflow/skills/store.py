@@ -10,6 +10,7 @@ from datetime import datetime
 
 from mnemoflow.errors import NotFound
 from mnemoflow.ports.files import FileStore
+from mnemoflow.scopes import SCOPE_PATTERN, SHARED, agent_scope, scope_parts
 from mnemoflow.skills.model import NAME_PATTERN, Skill, parse_skill, render_skill
 from mnemoflow.storage import Layout
 
@@ -21,13 +22,27 @@ class SkillStore:
 
     def __init__(self, files: FileStore, tenant: str, agent: str | None = None) -> None:
         self._files = files
-        self._dir = Layout.skills_dir(tenant, agent)
+        self.folder = Layout.skills_dir(tenant, agent)
+        """Where the set's files are, relative to the data root."""
+        self.scope = agent_scope(agent) if agent else SHARED
+        """``shared`` or ``agent:<agent>``: how the API, the dashboard and a skills bundle name this set."""
+
+    @classmethod
+    def of_scope(cls, files: FileStore, tenant: str, scope: str) -> SkillStore:
+        """The set a scope names (``shared`` or ``agent:<agent>``); ValueError for anything else (skills have no
+        team scope)."""
+        if re.fullmatch(SCOPE_PATTERN, scope) is None:
+            raise ValueError(f"{scope[:80]!r} is not a scope: shared or agent:<agent>")
+        kind, name = scope_parts(scope)
+        if kind == "team":
+            raise ValueError("skills are shared or private to an agent (agent:<agent>), not a team's")
+        return cls(files, tenant, name if kind == "agent" else None)
 
     def _path(self, name: str) -> str:
-        return f"{self._dir}/{name}.md"
+        return f"{self.folder}/{name}.md"
 
     def names(self) -> list[str]:
-        return [n.removesuffix(".md") for n in self._files.list_dir(self._dir) if n.endswith(".md")]
+        return [n.removesuffix(".md") for n in self._files.list_dir(self.folder) if n.endswith(".md")]
 
     def get(self, name: str) -> Skill:
         """The skill ``name``; :class:`NotFound` if there is none."""
@@ -43,7 +58,7 @@ class SkillStore:
             try:
                 out.append(self.get(name))
             except ValueError as err:
-                log.warning("skill %s in %s is unreadable, left out: %s", name, self._dir, err)
+                log.warning("skill %s in %s is unreadable, left out: %s", name, self.folder, err)
         return out
 
     def put(self, skill: Skill, keep_history: bool = True) -> None:
@@ -53,7 +68,7 @@ class SkillStore:
         old = self._files.read_bytes(self._path(skill.name)) if keep_history else None
         if old is not None:
             previous = parse_skill(old.decode("utf-8")).version
-            writes[f"{self._dir}/history/{skill.name}/v{previous}.md"] = old
+            writes[f"{self.folder}/history/{skill.name}/v{previous}.md"] = old
         self._files.write_atomic_many(writes)
 
     def edit(self, edited: Skill, now: datetime) -> Skill:
@@ -84,7 +99,7 @@ class SkillStore:
 
     def history(self, name: str) -> list[int]:
         """The versions kept of ``name``, oldest first."""
-        found = self._files.list_dir(f"{self._dir}/history/{name}") if _valid(name) else []
+        found = self._files.list_dir(f"{self.folder}/history/{name}") if _valid(name) else []
         return sorted(int(n[1:-3]) for n in found if n.startswith("v") and n.endswith(".md"))
 
     def delete(self, name: str) -> int:
@@ -95,7 +110,13 @@ class SkillStore:
 
     def drop_history(self, name: str) -> int:
         """Remove the versions kept of ``name``; how many files went."""
-        return self._files.remove(f"{self._dir}/history/{name}") if _valid(name) else 0
+        return self._files.remove(f"{self.folder}/history/{name}") if _valid(name) else 0
+
+
+def skill_stores(files: FileStore, tenant: str) -> list[SkillStore]:
+    """The tenant's shared skills and every agent's own (the agents whose folder is on disk)."""
+    agents = files.list_dir(Layout.agents_skills_dir(tenant))
+    return [SkillStore(files, tenant), *(SkillStore(files, tenant, agent) for agent in agents)]
 
 
 def _valid(name: str) -> bool:

@@ -1,18 +1,20 @@
 """The dashboard's pages. Each one reads through the same core functions as its JSON route (records and their
-filter, the recaller's drill-down, the scene refs, the annotated offload entries, the node drill-down), so what a
-person sees is what an agent gets."""
+filter, the recaller's drill-down, the scene refs, the annotated offload entries, the node drill-down, the skill
+store), so what a person sees is what an agent gets. The skill pages also write (edit, delete), under the same
+per-skill-set lock as the API's skill routes."""
 
 import asyncio
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Annotated
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, quote, urlencode
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
-from mnemoflow.errors import MnemoflowError
+from mnemoflow.errors import MnemoflowError, NotFound
 from mnemoflow.governance.listing import AtomFilter, history, page
 from mnemoflow.health import Check, run_checks
 from mnemoflow.memory.l1.records import RecordLog
@@ -24,8 +26,12 @@ from mnemoflow.offload.canvas import from_mermaid
 from mnemoflow.offload.canvas_update import canvas_names, canvas_path
 from mnemoflow.offload.entries import read_ref
 from mnemoflow.profiles import DisplayNames
+from mnemoflow.scopes import SHARED
+from mnemoflow.skills.model import Skill, parse_edit, render_skill
+from mnemoflow.skills.store import SkillStore, skill_stores
 from mnemoflow.storage import Layout
 from serving.deps import ApiDeps, PathId
+from serving.routes_skills import MAX_SKILL_BYTES
 from serving.security import TenantGate
 from serving.ui.auth import COOKIE, LOGIN, UiGate, safe_next
 from serving.ui.templating import MERMAID_JS, STATIC
@@ -52,6 +58,12 @@ def _atom_filter(request: Request) -> tuple[AtomFilter, dict[str, str], str | No
         return AtomFilter(), given, problems
 
 
+async def _form(request: Request) -> dict[str, str]:
+    """A posted form's fields, first value of each (parsed here: no form library needed)."""
+    body = (await request.body()).decode("utf-8", errors="replace")
+    return {k: v[0] for k, v in parse_qs(body, keep_blank_values=True).items()}
+
+
 def _text(raw: bytes | None) -> str | None:
     """Raw output for display: undecodable bytes shown as U+FFFD (the byte-exact output is the JSON API's)."""
     return raw.decode("utf-8", errors="replace") if raw is not None else None
@@ -72,8 +84,8 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
 
     @router.post("/login", response_model=None)
     async def login(request: Request) -> HTMLResponse | RedirectResponse:
-        """The form posts the key; a known one is set as the cookie (parsed here: no form library needed)."""
-        form = {k: v[0] for k, v in parse_qs((await request.body()).decode("utf-8", errors="replace")).items()}
+        """The form posts the key; a known one is set as the cookie."""
+        form = await _form(request)
         key, target = form.get("key", "").strip(), safe_next(form.get("next"))
         if gate.tenant_for(key) is None:
             return render("login.html", 401, next=target, error="unknown API key")
@@ -208,6 +220,86 @@ def ui_router(deps: ApiDeps, gate: UiGate, checks: Mapping[str, Check]) -> APIRo
         return render(
             "ref.html", tenant=tenant, session=session, tool_call_id=tool_call_id, raw=_text(raw), size=len(raw)
         )
+
+    def skill_set(tenant: str, scope: str) -> SkillStore | None:
+        """The skill set ``scope`` names; None for a scope that is not a skill set's (the page is missing). The
+        dashboard's key is a tenant admin key (a key bound to an agent cannot log in: :class:`UiGate`), which sees
+        every scope, as :meth:`~mnemoflow.scopes.Caller.sees` says."""
+        try:
+            return SkillStore.of_scope(files, tenant, scope)
+        except ValueError:
+            return None
+
+    async def stored_skill(tenant: str, scope: str, name: str) -> tuple[SkillStore, Skill] | None:
+        """The skill ``name`` of ``scope`` and its set; None when there is no such skill (or scope)."""
+        skills = skill_set(tenant, scope)
+        try:
+            return (skills, await asyncio.to_thread(skills.get, name)) if skills else None
+        except NotFound:
+            return None
+
+    def skill_view(
+        tenant: str, skills: SkillStore, skill: Skill, text: str | None = None, error: str | None = None
+    ) -> HTMLResponse:
+        """The skill page; a refused edit shows the text as posted, with the reason (422)."""
+        return render(
+            "skill.html",
+            422 if error else 200,
+            tenant=tenant,
+            scope=skills.scope,
+            skill=skill,
+            history=skills.history(skill.name),
+            text=render_skill(skill) if text is None else text,
+            error=error,
+        )
+
+    @router.get("/skills")
+    async def skills_page(tenant: Tenant) -> HTMLResponse:
+        """The shared skills, then each agent's own (every agent with a skills folder on disk)."""
+        stores = await asyncio.to_thread(skill_stores, files, tenant)
+        sets = [(s.scope, await asyncio.to_thread(s.all)) for s in stores]
+        return render("skills.html", tenant=tenant, sets=sets)
+
+    @router.get("/skills/{name}")
+    async def skill_page(name: str, tenant: Tenant, scope: str = SHARED) -> HTMLResponse:
+        """A skill: its META fields, when to use it, its steps and pitfalls (each drills down to its canvas node),
+        its history, and the forms to edit or delete it."""
+        if (found := await stored_skill(tenant, scope, name)) is None:
+            return missing(tenant, f"{scope} skill {name}")
+        return skill_view(tenant, *found)
+
+    @router.post("/skills/{name}/edit", response_model=None)
+    async def edit_skill(
+        name: str, request: Request, tenant: Tenant, scope: str = SHARED
+    ) -> HTMLResponse | RedirectResponse:
+        """Replace the skill with the posted Markdown, as ``PUT /v1/skills/{name}`` does (version up, the old one
+        kept in its history); a file that does not parse comes back in the form with the reason."""
+        text = (await _form(request)).get("text", "")
+        if (found := await stored_skill(tenant, scope, name)) is None:
+            return missing(tenant, f"{scope} skill {name}")
+        skills, current = found
+        try:
+            if len(text.encode()) > MAX_SKILL_BYTES:
+                raise ValueError(f"a skill file is at most {MAX_SKILL_BYTES} bytes")
+            edited = parse_edit(text, name)
+        except ValueError as exc:
+            return skill_view(tenant, skills, current, text, str(exc))
+        async with deps.skills.lock(tenant, skills.scope):
+            try:
+                await asyncio.to_thread(skills.edit, edited, datetime.now(UTC))
+            except NotFound:  # deleted since it was read
+                return missing(tenant, f"{scope} skill {name}")
+        return RedirectResponse(f"/ui/skills/{quote(name)}?scope={quote(skills.scope)}", status_code=303)
+
+    @router.post("/skills/{name}/delete", response_model=None)
+    async def delete_skill(name: str, tenant: Tenant, scope: str = SHARED) -> HTMLResponse | RedirectResponse:
+        """Delete the skill and its history, as ``DELETE /v1/skills/{name}`` does, then back to the list."""
+        skills = skill_set(tenant, scope)
+        if skills is not None:
+            async with deps.skills.lock(tenant, skills.scope):
+                if await asyncio.to_thread(skills.delete, name):
+                    return RedirectResponse("/ui/skills", status_code=303)
+        return missing(tenant, f"{scope} skill {name}")
 
     @router.get("/health")
     async def health_page(tenant: Tenant) -> HTMLResponse:

@@ -1,6 +1,8 @@
 """Skill routes and recall's skills index through the HTTP API, with agent-bound keys (the real stack runs them in
 tests/integration)."""
 
+import io
+import tarfile
 import time
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from tests.skill_tasks import EN, ZH, replayed
 ADMIN = {"Authorization": "Bearer k-admin"}
 CODER = {"Authorization": "Bearer k-coder"}
 SUPPORT = {"Authorization": "Bearer k-support"}
+BETA = {"Authorization": "Bearer k-beta"}
 EMB = HashingEmbedder(64)
 
 
@@ -33,7 +36,7 @@ def client(tmp_path: Path) -> TestClient:
     files.write_atomic(owner_path("acme", "s2"), b'{"agent": "coder", "team": "eng"}')
     settings = Settings(
         data_dir=tmp_path,
-        api_keys={"acme": "k-admin"},
+        api_keys={"acme": "k-admin", "beta": "k-beta"},
         agent_keys={"acme": [{"key": "k-coder", "agent": "coder"}, {"key": "k-support", "agent": "support"}]},
     )
     store = InMemoryVectorStore(dim=64, embedding_model=EMB.model_id)
@@ -133,3 +136,31 @@ def test_a_session_end_distils_its_tasks_in_the_background(client: TestClient) -
         time.sleep(0.05)
     (listed,) = client.get("/v1/skills", headers=ADMIN).json()
     assert listed["sources"] == ["s1#001"]
+
+
+def _sets(bundle: bytes) -> list[str]:
+    """The skill set of each member of a bundle (``shared`` or ``agent``), then the manifest."""
+    return [m.split("/")[1] if "/" in m else m for m in tarfile.open(fileobj=io.BytesIO(bundle)).getnames()]
+
+
+def test_skills_move_to_another_tenant_as_a_bundle(client: TestClient, tmp_path: Path) -> None:
+    client.post("/v1/sessions/s1/skills", json={}, headers=ADMIN)  # a shared skill
+    client.post("/v1/sessions/s2/skills", json={}, headers=CODER)  # the coder's own
+    bundle = client.get("/v1/skills/export", headers=ADMIN).content
+    assert _sets(bundle) == ["shared", "agent", "manifest.json"]
+    learnt = client.post("/v1/skills/import", content=bundle, headers=BETA).json()
+    assert [x["action"] for x in learnt] == ["store", "store"]
+    copied = {p.relative_to(tmp_path / "beta"): p.read_bytes() for p in (tmp_path / "beta/skills").rglob("*.md")}
+    assert copied == {
+        p.relative_to(tmp_path / "acme"): p.read_bytes() for p in (tmp_path / "acme/skills").rglob("*.md")
+    }
+    again = client.post("/v1/skills/import", content=bundle, headers=BETA).json()
+    assert {x["action"] for x in again} == {"skip"}  # a second import adds nothing
+    support = client.get("/v1/skills/export", headers=SUPPORT).content
+    assert _sets(support) == ["shared", "manifest.json"]  # the shared skills, not the coder's
+    assert client.post("/v1/skills/import", content=bundle, headers=SUPPORT).status_code == 404  # holds agent:coder
+    tampered = client.post("/v1/skills/import", content=bundle.replace(b"## Steps", b"## STEPS", 1), headers=BETA)
+    assert tampered.status_code == 400 and "does not match its checksum" in tampered.json()["detail"]
+    with Client("", "k-beta", http=client, retry=RetryPolicy(attempts=1)) as beta:  # the SDK's calls (it closes http)
+        (learnt_again,) = beta.import_skills(beta.export_skills(scope="agent:coder"))
+        assert learnt_again.action == "skip" and learnt_again.task.startswith("skills/agent/coder/")
