@@ -216,8 +216,9 @@ class PrefixReuse:
         self.reused[key] += same
         self.total[key] += tokens
         self.requests[key] += 1
-        if broke is not None:
-            where = "canvas message" if is_injected(previous[broke]) else f"{previous[broke]['role']} message"
+        if broke is not None:  # a canvas moved, updated or put in counts as the canvas's, whatever it displaced
+            canvas = is_injected(previous[broke]) or (broke < len(messages) and is_injected(messages[broke]))
+            where = "canvas message" if canvas else f"{previous[broke]['role']} message"
             self.breaks.setdefault(key, Counter())[where] += 1
 
     def share(self, path: str, kind: str) -> float:
