@@ -141,3 +141,14 @@ def test_skills(tmp_path: Path) -> None:
     assert result["runs"] == 6 and result["duplicate_sources"] == 0
     assert result["skills_after_first_pass"] == result["skills_after_second_pass"]  # distilling twice adds nothing
     assert result["drill_down_ok"] == 1.0
+
+
+@needs_eval
+def test_compaction(tmp_path: Path) -> None:
+    digest = tmp_path / "digest.json"
+    result = run_bench("compaction", "--smoke", "--digest", str(digest), out=tmp_path / "out.json")
+    check_report(result, "compaction", {"wall_ms", "cpu_ms", "levels", "profile", "budgets"})
+    assert {k: v["n"] for k, v in result["wall_ms"].items()} == {"first": 2, "repeat": 2, "agent_step": 6}
+    assert {p["phase"] for p in result["profile"]["phases"]} >= {"compact", "save_state", "update_canvases"}
+    calls = json.loads(digest.read_text())
+    assert len(calls) == 10 and all(len(c["reply"]) == len(c["files"]) == 64 for c in calls)
