@@ -31,10 +31,11 @@ from opentelemetry.trace import SpanKind
 from actors.metrics import ShardMetrics
 from mnemoflow.config import MODEL_STAGES, ModelStage
 from mnemoflow.errors import InvalidInput
+from mnemoflow.offload.annotations import AnnotatedLog
 from mnemoflow.offload.entries import OffloadEntry, read_entries
 from mnemoflow.offload.refine import RefineReport, refine_due, refine_session
 from mnemoflow.offload.replies import CompactRefused, CompactReply
-from mnemoflow.offload.session import compact_session
+from mnemoflow.offload.session import compact_turn
 from mnemoflow.offload.session_state import SequenceGap, SessionState, advance, load_state, save_state, save_states
 from mnemoflow.ports import SystemClock
 from mnemoflow.ports.llm import LLM
@@ -68,6 +69,7 @@ class SessionShard:
         self._model_stages = frozenset(model_stages)  # the offload stages that run on the model (the rest: heuristic)
         self._clock = SystemClock()
         self._sessions: OrderedDict[SessionKey, tuple[SessionState, float]] = OrderedDict()
+        self._logs: dict[SessionKey, AnnotatedLog] = {}  # a held session's log as its last compaction read it
         self._locks: dict[SessionKey, asyncio.Lock] = {}
         self._loads = 0
         self._refine_queue: OrderedDict[SessionKey, None] = OrderedDict()
@@ -93,7 +95,12 @@ class SessionShard:
             try:
                 yield
             finally:
-                self._sessions.pop(key, None)
+                self._drop(key)
+
+    def _drop(self, key: SessionKey) -> None:
+        """Forget what is held of the session (its state, its log as last read): the next use reads the files."""
+        self._sessions.pop(key, None)
+        self._logs.pop(key, None)
 
     def _refine_later(self, key: SessionKey, state: SessionState) -> None:
         """Queue the session for the model's background pass, if it has anything to refine (bounded)."""
@@ -155,6 +162,7 @@ class SessionShard:
             if not full and now - touched < self._idle_seconds:
                 break
             del self._sessions[oldest_key]  # saved on every change already: eviction only frees memory
+            self._logs.pop(oldest_key, None)
             self._metrics.evicted("full" if full else "idle")
             lock = self._locks.get(oldest_key)
             if lock is not None and not lock.locked():
@@ -230,9 +238,10 @@ class SessionShard:
         arrived = time.perf_counter()
         async with self._lock(key):
             started = time.perf_counter()
-            tasks_before = load_state(self._files, *key).canvas_counter
+            state = self._get(key)
+            tasks_before = state.canvas_counter
             try:
-                result = await compact_session(
+                result, after = await compact_turn(
                     self._files,
                     tenant,
                     session,
@@ -240,13 +249,18 @@ class SessionShard:
                     window,
                     clock=self._clock,
                     judge_later=self._llm is not None and "boundary" in self._model_stages,
+                    state=state,
+                    log=self._logs.setdefault(key, AnnotatedLog()),
                 )
             except InvalidInput as exc:
+                self._drop(key)
                 return CompactRefused(reason=str(exc))
+            except BaseException:
+                self._drop(key)
+                raise
             finally:
-                self._sessions.pop(key, None)  # compact_session saved state.json: reload it on next use
                 self._metrics.compacted(time.perf_counter() - started)
-            after = load_state(self._files, *key)
+            self._put(key, after)  # what the turn saved in state.json (or the state unchanged): no read back
             if after.canvas_counter > tasks_before and tasks_before > 0:
                 self._learn_later(tenant, session, after.active_canvas)
             if self._llm is not None:

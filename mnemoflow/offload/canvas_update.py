@@ -161,14 +161,16 @@ async def update_canvases(
     now: datetime,
     llm: LLM | None = None,
     batch_size: int = 30,
+    notes_before: Sequence[Annotation] = (),
 ) -> tuple[SessionState, list[Annotation]]:
     """Fold entries with ``seq > state.canvas_seq`` into their canvases (:func:`fold_canvases`) and save them;
-    returns the state to save and the node annotations it appended (the caller need not read them back)."""
+    returns the state to save and the node annotations it appended (the caller need not read them back).
+    ``notes_before``: the caller's annotations to append before those, in the same append (one fsync, not two)."""
     todo = [e for e in entries if e.seq > state.canvas_seq]
     canvases, notes = await fold_canvases(
         state, todo, partial(load_canvas, files, state.tenant, state.session), now, llm, batch_size
     )
-    state = save_folded(files, state, canvases, notes)
+    state = save_folded(files, state, canvases, [*notes_before, *notes])
     if todo:
         state = state.model_copy(update={"canvas_seq": todo[-1].seq})
     return state, notes

@@ -135,8 +135,8 @@ def compact(messages: list[Message], window: int, ctx: CompactContext) -> Compac
     check_window(msgs, window)
     cfg = ctx.config
     floor = system_prefix(msgs)
-    tokens_before = sum(message_tokens(m) for m in msgs)
     work = Work(list(msgs), ctx.decisions)
+    tokens_before = sum(work.count(m) for m in msgs)
     had_cut = ctx.decisions.cut is not None
     reapply(work)
     cut_now = cfg.fold_finished_tasks and ctx.task_start is not None and fold(work, ctx.task_start)
@@ -221,7 +221,7 @@ def compact(messages: list[Message], window: int, ctx: CompactContext) -> Compac
         decisions=decisions,
         level=work.level,
         tokens_before=tokens_before,
-        tokens_after=sum(message_tokens(m) for m in out),
+        tokens_after=sum(work.count(m) for m in out),
     )
 
 

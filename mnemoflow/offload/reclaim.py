@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Literal
 
 from mnemoflow.offload.config import OffloadConfig
@@ -63,6 +64,9 @@ class Work:
     """``id()`` of messages rewritten in this call (not re-applied ones): where the prompt prefix changes."""
     dropped: bool = False
     """Whether this call dropped messages (the prefix then changes right after the system messages)."""
+    counted: dict[int, tuple[Message, int]] = field(default_factory=dict)
+    """``id()`` of a message -> the message (kept, so its id is not reused) and its tokens: the ladder sums the
+    prompt after every step, and building a message's text to count it was a fifth of a compaction's CPU."""
 
     @property
     def changed(self) -> bool:
@@ -76,8 +80,16 @@ class Work:
                 end = i + 1
         return end
 
+    def count(self, message: Message) -> int:
+        """:func:`~mnemoflow.tokens.message_tokens` of ``message``, counted once per call (no rule edits a message
+        in place: a rewrite is a new dict, so an id names the same content for the whole call)."""
+        got = self.counted.get(id(message))
+        if got is None:
+            got = self.counted[id(message)] = (message, message_tokens(message))
+        return got[1]
+
     def tokens(self) -> int:
-        return sum(message_tokens(m) for m in self.messages) + self.extra_tokens
+        return sum(self.count(m) for m in self.messages) + self.extra_tokens
 
     def raise_level(self, level: Level) -> None:
         if _LEVELS.index(level) > _LEVELS.index(self.level):
@@ -150,9 +162,11 @@ def _short(value: object, limit: int = 60) -> object:
     return value
 
 
+@lru_cache(maxsize=2048)
 def compact_arguments(arguments: str, node_id: str | None) -> str:
     """``{_offloaded, node_id, tool_call}`` with string args over 60 chars cut, big objects elided
-    (docs/tdam-spec.md §5.7)."""
+    (docs/tdam-spec.md §5.7). Cached: the age rule weighs every old call again on every turn (a JSON parse and
+    two dumps each), and the same arguments give the same text."""
     try:
         parsed = json.loads(arguments)
     except (TypeError, ValueError):
@@ -237,7 +251,7 @@ def drop_head(work: Work, target: int) -> bool:
             break
         if unit.start < floor or unit.end > stop:
             continue
-        total -= sum(message_tokens(m) for m in msgs[unit.start : unit.end])
+        total -= sum(work.count(m) for m in msgs[unit.start : unit.end])
         end = unit.end
     if end == floor:
         return False
@@ -267,7 +281,7 @@ def mild(work: Work, window: int, entries: Mapping[str, EntryInfo], cfg: Offload
         stub = stub_text(entry)
         old = msgs[i]
         new = {**old, "content": stub}
-        saved = message_tokens(old) - message_tokens(new)
+        saved = work.count(old) - work.count(new)
         if saved <= 0:
             continue
         msgs[i] = new
@@ -316,7 +330,7 @@ def stub_by_age(
             continue
         stub = stub_text(entries[tid])
         new = {**msgs[i], "content": stub}
-        gain = message_tokens(msgs[i]) - message_tokens(new)
+        gain = work.count(msgs[i]) - work.count(new)
         if gain > 0:
             due.append((i, new, tid))
             saved += gain

@@ -18,7 +18,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from mnemoflow.events import ToolResultEvent
-from mnemoflow.offload.annotations import Annotation, annotate, annotated_entries, append_annotations, merged
+from mnemoflow.offload.annotations import AnnotatedLog, Annotation, annotate, annotated_entries, merged
 from mnemoflow.offload.boundary import apply_judgement, heuristic_judge
 from mnemoflow.offload.canvas import from_mermaid
 from mnemoflow.offload.canvas_update import canvas_path, save_canvas, update_canvases
@@ -62,16 +62,16 @@ def _events(tenant: str, session: str, msgs: list[Message], now: datetime) -> li
 
 def _summarise(
     files: FileStore, state: SessionState, entries: list[OffloadEntry], cfg: OffloadConfig
-) -> list[OffloadEntry]:
-    """Summarise and score (heuristic) the entries that have no score yet; appends the annotations and returns
-    ``entries`` with them filled in (what reading the annotated log again would give)."""
+) -> tuple[list[OffloadEntry], list[Annotation]]:
+    """Summarise and score (heuristic) the entries that have no score yet; returns ``entries`` with them filled in
+    (what reading the annotated log again would give) and the annotations to append. The caller appends them with
+    the canvas's node annotations, in this order: one append, one fsync, the same lines."""
     todo = [e for e in entries if e.score is None]
     if not todo:
-        return entries
+        return entries, []
     sums = [heuristic_summary(pair_of(files, state.tenant, state.session, e), cfg) for e in todo]
     notes = [Annotation(tool_call_id=s.tool_call_id, summary=s.summary, score=s.score, error=s.error) for s in sums]
-    append_annotations(files, state.tenant, state.session, notes)
-    return annotate(entries, merged(notes))
+    return annotate(entries, merged(notes)), notes
 
 
 def _judge(
@@ -146,28 +146,57 @@ async def compact_session(
     it replaces the heuristic's output in the background (:mod:`mnemoflow.offload.refine`); ``judge_later`` keeps
     a new user message for its judge.
     """
+    result, _ = await compact_turn(
+        files, tenant, session, messages, window, clock=clock, writer=writer, judge_later=judge_later, config=config
+    )
+    return result
+
+
+async def compact_turn(
+    files: FileStore,
+    tenant: str,
+    session: str,
+    messages: list[Message],
+    window: int,
+    *,
+    clock: Clock,
+    writer: OffloadWriter | None = None,
+    judge_later: bool = False,
+    config: OffloadConfig | None = None,
+    state: SessionState | None = None,
+    log: AnnotatedLog | None = None,
+) -> tuple[CompactResult, SessionState]:
+    """:func:`compact_session` for a caller that keeps the session in memory (the session shard): ``state`` is the
+    session's state as ``state.json`` holds it (None: read it), ``log`` its annotated log as last read (None: read
+    both files whole); returns the result and the state saved (equal to ``state`` when the turn changed nothing).
+
+    Why: a turn read and parsed ``state.json`` and the whole log again although the shard held them, and the shard
+    read ``state.json`` twice more around the call; that cost grew with the session and came before every request.
+    """
     cfg = config or OffloadConfig()
     msgs = validate(messages)
     check_window(msgs, window)
     now = clock.now()
-    state = loaded = load_state(files, tenant, session)
+    state = loaded = state if state is not None else load_state(files, tenant, session)
+    read = log.read if log is not None else annotated_entries
     u = last_user(msgs)
     split = len(msgs) if u is None else u
     answered_before = {t for m in msgs[:split] for t in call_ids(m)}
     events = _events(tenant, session, msgs, now)
     if writer is not None:
         writer.write([e for e in events if e.tool_call_id in answered_before])
-    entries = annotated_entries(files, tenant, session)
+    entries = read(files, tenant, session)
     state = advance(state, [e for e in entries if e.seq > state.last_seq])
     state = _judge(files, state, msgs, entries, now, judge_later)
     if writer is not None and (after := [e for e in events if e.tool_call_id not in answered_before]):
         writer.write(after)
-        entries = annotated_entries(files, tenant, session)
+        entries = read(files, tenant, session)
         state = advance(state, [e for e in entries if e.seq > state.last_seq])
-    entries = _summarise(files, state, entries, cfg)
-    state, nodes = await update_canvases(files, state, entries, now, None, cfg.canvas_batch)
+    entries, summaries = _summarise(files, state, entries, cfg)
+    state, nodes = await update_canvases(files, state, entries, now, None, cfg.canvas_batch, summaries)
     result = compact(msgs, window, _context(files, state, cfg, annotate(entries, merged(nodes))))
     final = state.model_copy(update={"reclaim": result.decisions})
     if final != loaded:  # the same array again changes nothing: no write, no fsync
         save_state(files, final)
-    return result
+        return result, final
+    return result, loaded
