@@ -69,6 +69,7 @@ from mnemoflow.cli.stack import Stack  # noqa: E402
 from mnemoflow.client import Client  # noqa: E402
 from mnemoflow.config import Settings  # noqa: E402
 from mnemoflow.offload.messages import is_injected, last_user  # noqa: E402
+from mnemoflow.proxy.capture import text_of  # noqa: E402
 from mnemoflow.proxy.pipeline import STAGES  # noqa: E402
 from mnemoflow.replay import from_locomo  # noqa: E402
 from mnemoflow.skills.learn import learn_session  # noqa: E402
@@ -78,6 +79,8 @@ from streams.broker import free_port, stop_process  # noqa: E402
 
 EVAL = ROOT.parent / "shared" / "eval"
 KEY, USER, TENANT = "bench-key", "bench-user", "bench"
+MEMORIES_END = "</relevant-memories>"
+"""How recall's block ends (:func:`mnemoflow.memory.recall.format.prepend_context`): the user's own text follows."""
 
 
 def loaders() -> Any:
@@ -194,6 +197,22 @@ class Stages(StageTimes):
         self._seen = now
 
 
+def _own_text(message: dict[str, Any]) -> str:
+    """A message's text without the recall block the proxy put at its head."""
+    return text_of(message.get("content")).split(f"{MEMORIES_END}\n\n", 1)[-1]
+
+
+def _cause(before: dict[str, Any], after: list[dict[str, Any]]) -> str:
+    """What changed the first message of the previous prompt that the next one does not repeat: a canvas moved,
+    updated or put in (whatever it displaced); the same user message with another recall block; else the message
+    is gone or rewritten, which only compaction does (a reclaim stub, a dropped head)."""
+    if is_injected(before) or (after and is_injected(after[0])):
+        return "canvas"
+    if after and before["role"] == after[0]["role"] == "user" and _own_text(before) == _own_text(after[0]):
+        return "recall block"
+    return f"{before['role']} message compacted"
+
+
 class PrefixReuse:
     """Prefix reuse (:mod:`bench.prefix`) per path (``direct``, ``proxy``) and kind of session: of every request
     after its session's first, the tokens of the leading messages equal to the session's previous prompt, over its
@@ -216,10 +235,8 @@ class PrefixReuse:
         self.reused[key] += same
         self.total[key] += tokens
         self.requests[key] += 1
-        if broke is not None:  # a canvas moved, updated or put in counts as the canvas's, whatever it displaced
-            canvas = is_injected(previous[broke]) or (broke < len(messages) and is_injected(messages[broke]))
-            where = "canvas message" if canvas else f"{previous[broke]['role']} message"
-            self.breaks.setdefault(key, Counter())[where] += 1
+        if broke is not None:
+            self.breaks.setdefault(key, Counter())[_cause(previous[broke], messages[broke : broke + 1])] += 1
 
     def share(self, path: str, kind: str) -> float:
         return self.reused[(path, kind)] / max(1, self.total[(path, kind)])
