@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -121,24 +121,31 @@ BM25_K1, BM25_B = 1.2, 0.75
 """Okapi BM25 parameters: FTS5's and Milvus' defaults."""
 
 
+def bm25_idf(wanted: Iterable[str], docs: int, df: Mapping[str, int]) -> dict[str, float]:
+    """The weight of each query term found in the population (``docs`` documents, ``df`` holding each term's
+    document count there); terms no document holds are left out, as they add nothing."""
+    return {t: math.log(1 + (docs - n + 0.5) / (n + 0.5)) for t in wanted if (n := df.get(t, 0))}
+
+
+def bm25_score(tf: Mapping[str, int], length: int, avgdl: float, idf: Mapping[str, float]) -> float:
+    """Okapi BM25 of one document: its term counts ``tf`` and ``length`` (terms), the population's mean length."""
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * length / avgdl)
+    return sum(w * tf[t] * (BM25_K1 + 1) / (tf[t] + norm) for t, w in idf.items() if tf.get(t))
+
+
 def bm25_scores(query: str, docs: Sequence[str]) -> list[float]:
     """Okapi BM25 of each document for ``query`` within ``docs`` (the population the statistics come from).
 
     The pure-Python scorer for the places that rank a small set without an index: the in-memory store (the
-    reference the indexes are tested against) and search over one user's raw conversation."""
-    wanted = set(terms(query))
+    reference the indexes are tested against) and search over one user's raw conversation. The SQLite index scores
+    with :func:`bm25_idf` and :func:`bm25_score` too, from statistics it reads per user."""
+    wanted = dict.fromkeys(terms(query))
     tfs = [Counter(terms(d)) for d in docs]
     if not wanted or not tfs:
         return [0.0] * len(tfs)
     avg = sum(sum(tf.values()) for tf in tfs) / len(tfs) or 1.0
-    idf = {
-        t: math.log(1 + (len(tfs) - df + 0.5) / (df + 0.5)) for t in wanted if (df := sum(1 for tf in tfs if t in tf))
-    }
-    out = []
-    for tf in tfs:
-        norm = BM25_K1 * (1 - BM25_B + BM25_B * sum(tf.values()) / avg)
-        out.append(sum(w * tf[t] * (BM25_K1 + 1) / (tf[t] + norm) for t, w in idf.items() if tf[t]))
-    return out
+    idf = bm25_idf(wanted, len(tfs), Counter(t for tf in tfs for t in tf if t in wanted))
+    return [bm25_score(tf, sum(tf.values()), avg, idf) for tf in tfs]
 
 
 def is_chinese(texts: list[str]) -> bool:
