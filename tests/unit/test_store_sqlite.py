@@ -231,6 +231,16 @@ def test_bm25_scores_are_the_in_memory_references(tmp_path: Path) -> None:
     sqlite.close()
 
 
+def test_a_query_of_thousands_of_terms_is_searched(tmp_path: Path) -> None:
+    """A pasted document as the query: its terms are one JSON parameter, not an ``or`` per term (SQLite refuses an
+    expression deeper than 1,000)."""
+    store = SqliteVectorStore.open(str(tmp_path / "long.db"), dim=4, embedding_model="m")
+    store.upsert([_row(i) for i in range(3)])
+    query = " ".join(f"word{i}" for i in range(3000)) + " parent 2"
+    assert [h.id for h in store.bm25_search("t", "me", query, 1)] == ["a2"]
+    store.close()
+
+
 def test_the_partition_index_is_made_on_open_and_skipped_without_its_column(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
