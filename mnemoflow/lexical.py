@@ -20,7 +20,11 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 # Han (CJK unified ideographs and extensions A, compatibility), hiragana, katakana: scripts written without spaces.
@@ -128,9 +132,42 @@ def bm25_idf(wanted: Iterable[str], docs: int, df: Mapping[str, int]) -> dict[st
 
 
 def bm25_score(tf: Mapping[str, int], length: int, avgdl: float, idf: Mapping[str, float]) -> float:
-    """Okapi BM25 of one document: its term counts ``tf`` and ``length`` (terms), the population's mean length."""
+    """Okapi BM25 of one document: its term counts ``tf`` and ``length`` (terms), the population's mean length.
+
+    The terms' parts are added one by one in ``idf``'s order, not with ``sum()`` (which compensates its rounding
+    from Python 3.12 on): :func:`bm25_postings` adds them the same way, so the two agree to the last bit."""
     norm = BM25_K1 * (1 - BM25_B + BM25_B * length / avgdl)
-    return sum(w * tf[t] * (BM25_K1 + 1) / (tf[t] + norm) for t, w in idf.items() if tf.get(t))
+    score = 0.0
+    for t, w in idf.items():
+        if n := tf.get(t):
+            score += w * n * (BM25_K1 + 1) / (n + norm)
+    return score
+
+
+def bm25_postings(
+    postings: Mapping[str, npt.NDArray[np.int64]], wanted: Sequence[str], docs: int, length: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """Okapi BM25 of every document holding a query term, from an inverted index: for each term of ``wanted``
+    found, its postings as rows of (document, count of the term there, document length), one row a document;
+    ``docs`` and ``length`` (total terms) are the population's. Returns the documents and their scores, each
+    :func:`bm25_score`'s to the last bit (the same operations in the same order, on arrays: a heavy user's common
+    term has thousands of postings)."""
+    import numpy as np  # here, not at import: the lexical analysis is light
+
+    idf = bm25_idf(wanted, docs, {t: len(rows) for t, rows in postings.items()})
+    if not idf:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+    held = [postings[t] for t in idf]
+    docs_of, at = np.unique(np.concatenate([rows[:, 0] for rows in held]), return_inverse=True)
+    avgdl = length / docs or 1.0
+    scores = np.zeros(len(docs_of), dtype=np.float64)
+    start = 0
+    for w, rows in zip(idf.values(), held, strict=True):
+        n, dl = rows[:, 1].astype(np.float64), rows[:, 2].astype(np.float64)
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * dl / avgdl)
+        scores[at[start : start + len(rows)]] += w * n * (BM25_K1 + 1) / (n + norm)
+        start += len(rows)
+    return docs_of, scores
 
 
 def bm25_scores(query: str, docs: Sequence[str]) -> list[float]:

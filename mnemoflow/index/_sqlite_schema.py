@@ -1,11 +1,18 @@
-"""SQLite layout of the atom index: one file, three tables kept in step, and the metadata row.
+"""SQLite layout of the atom index: one file, the atom rows, the tables derived from them (kept in step) and the
+metadata row.
 
 * ``atoms``      the rows (scalar fields, the vector as a float32 blob), unique on (tenant, user, atom_id).
-* ``atoms_terms`` each atom's lexical terms (:func:`mnemoflow.lexical.analysed`: Chinese and Japanese segmented;
-                 one space before, between and after them, so that ``instr(terms, ' term ')`` finds a whole term)
-                 and their count, with its id, type and scope, keyed, and so stored, by (tenant, user): a user's
-                 rows sit side by side, and BM25 reads the user's statistics from them and scores the rows holding
-                 a query term (``SqliteVectorStore._bm25`` says why not FTS5).
+* ``lex_users``  one row a (tenant, user) holding atoms: a small integer ``uid`` that keys the user's postings, and
+                 the BM25 statistics of the user's atoms (how many, their total length in terms), kept in step by
+                 every insert and delete; the row goes with the user's last atom.
+* ``lex_atoms``  one row an atom (by ``rid``): its uid, id, type, scope, length in terms, and its distinct terms
+                 (:func:`mnemoflow.lexical.terms`: Chinese and Japanese segmented), so that a delete finds its
+                 postings without analysing the text again. Type and scope are here, not read from ``atoms``,
+                 whose row puts ``scope`` after the vector's overflow pages.
+* ``lex_postings`` (uid, term, rid), the term's count in that atom and the atom's length (so scoring reads
+                 nothing else): the primary key of a table without rowid, so stored in that order. A query reads,
+                 for each of its terms, that term's postings within the user and nothing else
+                 (``SqliteVectorStore._bm25`` says why not FTS5, nor a scan of the user's rows).
 * ``atoms_vec``  sqlite-vec ``vec0`` with the user key as its partition key: a KNN query reads only that
                  user's chunks (found through an index of ours, :func:`index_partitions`); type and scope are
                  metadata columns filtered inside the KNN. ``chunk_size`` is small because every partition allocates
@@ -18,6 +25,7 @@ Why apsw: the stdlib ``sqlite3`` of this Python cannot load extensions. WAL lets
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -27,13 +35,14 @@ from mnemoflow.index._common import user_key
 from mnemoflow.lexical import terms
 from mnemoflow.ports.vectors import search_text
 
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 """2: the FTS body holds lexical terms (segmented CJK) instead of the raw text. 3: atoms have a ``context`` (searched,
 not shown: :func:`~mnemoflow.ports.vectors.search_text`), and the FTS body is the terms of text and context. 4: atoms
-have a ``scope`` (docs/concepts/scopes.md), a column of the FTS and vec tables too. 5: ``atoms_terms`` in place of the
-FTS table (BM25 per user). An index of an older version gains the missing columns (context empty, scope shared: what
-every atom was), loses its FTS table, and has ``atoms_terms``, and before 4 its vec table, rebuilt from ``atoms`` when
-opened, in one transaction; the vectors are in ``atoms.vec``, so nothing is embedded again."""
+have a ``scope`` (docs/concepts/scopes.md), a column of the FTS and vec tables too. 5 (never released): a table of each
+atom's terms scanned per user, in place of the FTS table (BM25 per user). 6: the ``lex_*`` tables (postings keyed by
+user and term). An index of an older version gains the missing columns (context empty, scope shared: what every atom
+was), loses its FTS or terms table, and has its ``lex_*`` tables, and before 4 its vec table, rebuilt from ``atoms``
+when opened, in one transaction; the vectors are in ``atoms.vec``, so nothing is embedded again."""
 log = logging.getLogger(__name__)
 _INSTALL_HINT = "the SQLite vector store needs apsw and sqlite-vec: pip install mnemoflow[sqlite]"
 
@@ -47,10 +56,18 @@ create table if not exists atoms(
     vec blob not null, scope text not null default 'shared',
     unique(tenant, user, atom_id)
 );
-create table if not exists atoms_terms(
-    tenant text not null, user text not null, rid integer not null,
-    atom_id text not null, type text not null, scope text not null, terms text not null, nterms integer not null,
-    primary key (tenant, user, rid)
+create table if not exists lex_users(
+    uid integer primary key, tenant text not null, user text not null,
+    docs integer not null, length integer not null,
+    unique(tenant, user)
+);
+create table if not exists lex_atoms(
+    rid integer primary key, uid integer not null, atom_id text not null, type text not null, scope text not null,
+    nterms integer not null, terms text not null
+);
+create table if not exists lex_postings(
+    uid integer not null, term text not null, rid integer not null, tf integer not null, dl integer not null,
+    primary key (uid, term, rid)
 ) without rowid;
 """
 _PARTITION_COLUMN = "partition00"
@@ -141,7 +158,9 @@ def _migrate(conn: Any, version: int, dim: int, chunk_size: int) -> None:
     if "scope" not in columns:
         conn.execute("alter table atoms add column scope text not null default 'shared'")
     conn.execute("drop table if exists atoms_fts")  # before 5
-    conn.execute("delete from atoms_terms")
+    conn.execute("drop table if exists atoms_terms")  # 5
+    for table in ("lex_postings", "lex_atoms", "lex_users"):
+        conn.execute(f"delete from {table}")
     vectors = version < 4  # the vec table's layout is version 4's
     if vectors:
         conn.execute("drop table if exists atoms_vec")
@@ -168,26 +187,51 @@ def insert_vec(conn: Any, rid: int, keys: Keys, vec: bytes) -> None:
 
 
 def insert_terms(conn: Any, rid: int, atom_id: str, keys: Keys, searched: str) -> None:
-    """The terms row of an atom; ``searched``: its text with its context."""
+    """The lexical rows of an atom (its postings, its ``lex_atoms`` row, its user's statistics); ``searched``: its
+    text with its context."""
     tenant, user, type_, scope = keys
     words = terms(searched)
+    counts = Counter(words)
+    (uid,) = conn.execute(
+        "insert into lex_users(tenant, user, docs, length) values (?, ?, 1, ?) on conflict(tenant, user)"
+        " do update set docs = docs + 1, length = length + excluded.length returning uid",
+        (tenant, user, len(words)),
+    ).fetchone()
     conn.execute(
-        "insert into atoms_terms(tenant, user, rid, atom_id, type, scope, terms, nterms)"
-        " values (?, ?, ?, ?, ?, ?, ?, ?)",
-        (tenant, user, rid, atom_id, type_, scope, f" {' '.join(words)} ", len(words)),
+        "insert into lex_atoms(rid, uid, atom_id, type, scope, nterms, terms) values (?, ?, ?, ?, ?, ?, ?)",
+        (rid, uid, atom_id, type_, scope, len(words), " ".join(counts)),
+    )
+    conn.executemany(
+        "insert into lex_postings(uid, term, rid, tf, dl) values (?, ?, ?, ?, ?)",
+        [(uid, term, rid, tf, len(words)) for term, tf in counts.items()],
     )
 
 
+def delete_terms(conn: Any, rid: int) -> None:
+    """Remove the lexical rows of atom ``rid`` (if it has them), and its user's statistics row with the user's last
+    atom: an erased user's name leaves the file."""
+    found = conn.execute("select uid, nterms, terms from lex_atoms where rid = ?", (rid,)).fetchone()
+    if found is None:
+        return
+    uid, nterms, distinct = found
+    conn.executemany(
+        "delete from lex_postings where uid = ? and term = ? and rid = ?", [(uid, t, rid) for t in distinct.split()]
+    )
+    conn.execute("delete from lex_atoms where rid = ?", (rid,))
+    conn.execute("update lex_users set docs = docs - 1, length = length - ? where uid = ?", (nterms, uid))
+    conn.execute("delete from lex_users where uid = ? and docs = 0", (uid,))
+
+
 def insert_derived(conn: Any, rid: int, atom_id: str, keys: Keys, searched: str, vec: bytes) -> None:
-    """The terms and vec0 rows of an atom; ``searched``: its text with its context."""
+    """The lexical and vec0 rows of an atom; ``searched``: its text with its context."""
     insert_terms(conn, rid, atom_id, keys, searched)
     insert_vec(conn, rid, keys, vec)
 
 
-def delete_derived(conn: Any, tenant: str, user: str, rids: Sequence[int]) -> None:
-    """Remove the terms and vec0 rows of the user's atoms ``rids``."""
+def delete_derived(conn: Any, rids: Sequence[int]) -> None:
+    """Remove the lexical and vec0 rows of the atoms ``rids``."""
     for rid in rids:
-        conn.execute("delete from atoms_terms where tenant = ? and user = ? and rid = ?", (tenant, user, rid))
+        delete_terms(conn, rid)
         conn.execute("delete from atoms_vec where rid = ?", (rid,))
 
 

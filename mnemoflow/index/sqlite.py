@@ -11,10 +11,12 @@ import functools
 import json
 import threading
 from array import array
-from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar, cast
+
+import numpy as np
+import numpy.typing as npt
 
 from mnemoflow.errors import StorageError
 from mnemoflow.index import _sqlite_schema as schema
@@ -30,7 +32,7 @@ from mnemoflow.index._common import (
     rrf_ranks,
     user_key,
 )
-from mnemoflow.lexical import bm25_idf, bm25_score, terms
+from mnemoflow.lexical import bm25_postings, terms
 from mnemoflow.ports.vectors import AtomRow, AtomType, EmbedFn, Hit, search_text
 
 _COLUMNS = "rid, atom_id, tenant, user, type, priority, text, context, created, updated, source_ids, vec, scope"
@@ -43,13 +45,15 @@ on conflict(tenant, user, atom_id) do update set
     scope = excluded.scope
 returning rid
 """
-_HOLDING = (
-    "select rid, atom_id, type, scope, terms, nterms from atoms_terms where tenant = ? and user = ?"
-    " and exists (select 1 from json_each(?) where instr(terms, value))"
+_USER_STATS = "select uid, docs, length from lex_users where tenant = ? and user = ?"
+_POSTINGS = (
+    "select term, group_concat(rid || ',' || tf || ',' || dl) from lex_postings"
+    " where uid = ? and term in (select value from json_each(?)) group by term"
 )
-"""The user's atoms that hold one of the query's terms (a JSON list of ``' term '``). Not one ``instr`` a term joined
-by ``or``: a query of a thousand terms would pass SQLite's expression depth limit."""
-_USER_DOCS = "select count(*), sum(nterms) from atoms_terms where tenant = ? and user = ?"
+"""The user's postings of the query's terms (a JSON list: a query of a thousand terms is one parameter, not a
+thousand ``or``, which would pass SQLite's expression depth limit), each term's as one string of numbers: a common
+term of a heavy user has thousands of postings, which SQLite joins in C 2x faster than Python reads them as rows."""
+_LEX_ATOMS = "select rid, atom_id, type, scope from lex_atoms where rid in (select value from json_each(?))"
 Visible = tuple[str, ...] | None
 
 
@@ -150,7 +154,7 @@ class SqliteVectorStore(StoreIdentity):
                     row.scope,
                 )
                 (rid,) = self._conn.execute(_UPSERT, params).fetchone()
-                schema.delete_derived(self._conn, row.tenant, row.user, [rid])
+                schema.delete_derived(self._conn, [rid])
                 keys = (row.tenant, row.user, row.type, row.scope)
                 schema.insert_derived(self._conn, rid, row.id, keys, row.search_text, blob)
 
@@ -164,7 +168,7 @@ class SqliteVectorStore(StoreIdentity):
         check_scope(tenant, user)
         with schema.translate(), self._conn:
             rids = self._rids(tenant, user, ids)
-            schema.delete_derived(self._conn, tenant, user, rids)
+            schema.delete_derived(self._conn, rids)
             self._conn.execute(f"delete from atoms where rid in ({_marks(len(rids))})", rids)
         return len(rids)
 
@@ -213,28 +217,57 @@ class SqliteVectorStore(StoreIdentity):
         Why not FTS5 (schema 4): ``bm25()`` took its statistics from the whole file, so a user's ranking moved with
         other users' atoms, and read every row of the file holding a query term to count them (at 10^6 atoms a
         four-word query's terms are in 30,000 rows, median: 72 ms). Matched unranked within the user's rows, FTS5
-        still seeks through those terms' file-wide lists (3 ms at 10^6, 9 ms on pages not yet cached). The user's
-        own rows, stored side by side, are a few pages to read (the BM25 half, rows fetched, 2.0 ms p50 at 10^6 with
-        100 a user). The rows are filtered in SQL, so Python splits only those that hold a query term."""
-        wanted = dict.fromkeys(terms(text))
+        still seeks through those terms' file-wide lists (3 ms at 10^6, 9 ms on pages not yet cached). Why not a
+        scan of the user's rows (schema 5, never released): it matched every atom of the user, 48 ms p50 for a user
+        of 10^4 atoms. The postings of the query's terms within the user (schema 6) are all the scores need; they
+        are scored on arrays (:func:`~mnemoflow.lexical.bm25_postings`), and only the best atoms are looked up
+        (:meth:`_best`)."""
+        wanted = list(dict.fromkeys(terms(text)))
         if not wanted:
             return []
-        with self._conn:  # one snapshot: the statistics of the rows scored
-            found = list(self._conn.execute(_HOLDING, (tenant, user, json.dumps([f" {t} " for t in wanted]))))
+        with self._conn:  # one snapshot: the statistics of the postings scored, and their atoms
+            stats = self._conn.execute(_USER_STATS, (tenant, user)).fetchone()
+            if stats is None:
+                return []
+            uid, docs, length = stats
+            found = {
+                term: np.fromstring(numbers, dtype=np.int64, sep=",").reshape(-1, 3)
+                for term, numbers in self._conn.execute(_POSTINGS, (uid, json.dumps(wanted)))
+            }
             if not found:
                 return []
-            docs, length = self._conn.execute(_USER_DOCS, (tenant, user)).fetchone()
-        tfs = [{t: n for t, n in Counter(body.split()).items() if t in wanted} for *_, body, _ in found]
-        idf = bm25_idf(wanted, docs, Counter(t for tf in tfs for t in tf))
-        avgdl = length / docs or 1.0
-        scored = sorted(
-            (-score, atom_id, rid)
-            for (rid, atom_id, type_, scope, _, size), tf in zip(found, tfs, strict=True)
-            if (types is None or type_ in types)
-            and (visible is None or scope in visible)
-            and (score := bm25_score(tf, size, avgdl, idf)) > 0
-        )
-        return [(rid, -score) for score, _, rid in scored[:k]]
+            rids, scores = bm25_postings(found, wanted, docs, length)
+            return self._best(rids, scores, k, types, visible)
+
+    def _best(
+        self,
+        rids: npt.NDArray[np.int64],
+        scores: npt.NDArray[np.float64],
+        k: int,
+        types: Sequence[str] | None,
+        visible: Visible,
+    ) -> list[tuple[int, float]]:
+        """The ``k`` best of the scored atoms that pass the filters, ties by atom id (the in-memory store's order).
+        Atoms are looked up best first, a few times ``k`` at a time, with every atom tied with the last one: what
+        is left scores below every atom looked up, so it cannot enter once ``k`` have passed."""
+        order = np.argsort(-scores, kind="stable")
+        ranked = -scores[order]  # ascending
+        kept: list[tuple[float, str, int]] = []
+        start, step = 0, max(2 * k, 64)
+        while start < len(order) and len(kept) < k:
+            end = int(np.searchsorted(ranked, ranked[min(start + step, len(order)) - 1], side="right"))
+            top = order[start:end]
+            top = top[scores[top] > 0]
+            chunk = dict(zip(rids[top].tolist(), scores[top].tolist(), strict=True))
+            atoms = self._conn.execute(_LEX_ATOMS, (json.dumps(list(chunk)),))
+            kept += [
+                (-chunk[rid], atom_id, rid)
+                for rid, atom_id, type_, scope in atoms
+                if (types is None or type_ in types) and (visible is None or scope in visible)
+            ]
+            start, step = end, step * 4
+        kept.sort()
+        return [(rid, -score) for score, _, rid in kept[:k]]
 
     def _hits(
         self, tenant: str, user: str, ranked: list[tuple[int, float]], dense: bool, visible: Visible
