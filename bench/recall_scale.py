@@ -1,4 +1,5 @@
-"""Server-side recall at 10^5 and 10^6 synthetic atoms (a user per 100 atoms), SQLite and Milvus, with the build.
+"""Server-side recall at 10^5 and 10^6 synthetic atoms (a user per 100 atoms unless
+``--atoms-per-user``), SQLite and Milvus, with the build.
 
 For each size and backend: the index is built in batches of 1,000 from ``bench/store_latency.py``'s seeded corpus
 (384-d random unit vectors, Zipf-like words, atoms spread evenly over users; streamed, never all in memory), timed
@@ -17,6 +18,7 @@ atoms p50 <= 15 ms and p99 <= 40 ms.
     python bench/recall_scale.py --quick                          # 10^4 atoms, 100 users, both backends: seconds
     nice -n 10 python bench/recall_scale.py                       # 10^5 and 10^6: hours on 2 cores
     python bench/recall_scale.py --sizes 1000000 --backends sqlite --keep /tmp/ix --out /tmp/recall_scale-1e6.json
+    python bench/recall_scale.py --sizes 100000 --atoms-per-user 10000 --backends sqlite   # 10 heavy users
 
 Prints a table and writes ``bench/results/recall_scale.json`` (``-quick`` with ``--quick``).
 """
@@ -149,8 +151,10 @@ def build(store: VectorStore, corpus: Corpus, label: str, console: Console) -> f
     return time.perf_counter() - t0
 
 
-def measure(name: str, atoms: int, queries: int, workdir: Path, console: Console) -> dict[str, Any]:
-    users = max(1, atoms // ATOMS_PER_USER)
+def measure(
+    name: str, atoms: int, queries: int, workdir: Path, console: Console, per_user: int = ATOMS_PER_USER
+) -> dict[str, Any]:
+    users = max(1, atoms // per_user)
     corpus = Corpus(atoms, users, DIM)
     with opened(name, workdir) as ix:
         build_s = build(ix.store, corpus, f"{name}, {atoms:,} atoms", console)
@@ -234,6 +238,12 @@ def main() -> None:
     ap.add_argument("--sizes", help="comma list of atom counts, users a hundredth (default 100000,1000000)")
     ap.add_argument("--backends", default="sqlite,milvus", help="comma list of sqlite,milvus")
     ap.add_argument("--queries", type=int, help="timed queries per index, after 20 of warm-up (default 500)")
+    ap.add_argument(
+        "--atoms-per-user",
+        type=int,
+        default=ATOMS_PER_USER,
+        help=f"atoms of each user (default {ATOMS_PER_USER}); e.g. 10000: heavy users, whose BM25 half reads the most",
+    )
     ap.add_argument("--quick", action="store_true", help="10,000 atoms, 100 users, 100 queries unless given")
     ap.add_argument("--keep", metavar="DIR", help="build under DIR and keep the indexes (default: a temp dir)")
     ap.add_argument("--out", help="default bench/results/recall_scale.json (recall_scale-quick.json with --quick)")
@@ -254,7 +264,7 @@ def main() -> None:
             for name in backends:
                 workdir = Path(tmp) / f"{name}-{atoms}"
                 workdir.mkdir(parents=True)
-                result = measure(name, atoms, args.queries, workdir, console)
+                result = measure(name, atoms, args.queries, workdir, console, args.atoms_per_user)
                 if not args.keep:
                     shutil.rmtree(workdir)
                 results.setdefault(str(atoms), {})[name] = result
@@ -266,7 +276,7 @@ def main() -> None:
     )
     out = {
         "sizes": sizes,
-        "atoms_per_user": ATOMS_PER_USER,
+        "atoms_per_user": args.atoms_per_user,
         "dim": DIM,
         "k": RECALL.k,
         "depth": DEPTH,

@@ -18,9 +18,13 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 # Han (CJK unified ideographs and extensions A, compatibility), hiragana, katakana: scripts written without spaces.
@@ -121,24 +125,64 @@ BM25_K1, BM25_B = 1.2, 0.75
 """Okapi BM25 parameters: FTS5's and Milvus' defaults."""
 
 
+def bm25_idf(wanted: Iterable[str], docs: int, df: Mapping[str, int]) -> dict[str, float]:
+    """The weight of each query term found in the population (``docs`` documents, ``df`` holding each term's
+    document count there); terms no document holds are left out, as they add nothing."""
+    return {t: math.log(1 + (docs - n + 0.5) / (n + 0.5)) for t in wanted if (n := df.get(t, 0))}
+
+
+def bm25_score(tf: Mapping[str, int], length: int, avgdl: float, idf: Mapping[str, float]) -> float:
+    """Okapi BM25 of one document: its term counts ``tf`` and ``length`` (terms), the population's mean length.
+
+    The terms' parts are added one by one in ``idf``'s order, not with ``sum()`` (which compensates its rounding
+    from Python 3.12 on): :func:`bm25_postings` adds them the same way, so the two agree to the last bit."""
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * length / avgdl)
+    score = 0.0
+    for t, w in idf.items():
+        if n := tf.get(t):
+            score += w * n * (BM25_K1 + 1) / (n + norm)
+    return score
+
+
+def bm25_postings(
+    postings: Mapping[str, npt.NDArray[np.int64]], wanted: Sequence[str], docs: int, length: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """Okapi BM25 of every document holding a query term, from an inverted index: for each term of ``wanted``
+    found, its postings as rows of (document, count of the term there, document length), one row a document;
+    ``docs`` and ``length`` (total terms) are the population's. Returns the documents and their scores, each
+    :func:`bm25_score`'s to the last bit (the same operations in the same order, on arrays: a heavy user's common
+    term has thousands of postings)."""
+    import numpy as np  # here, not at import: the lexical analysis is light
+
+    idf = bm25_idf(wanted, docs, {t: len(rows) for t, rows in postings.items()})
+    if not idf:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+    held = [postings[t] for t in idf]
+    docs_of, at = np.unique(np.concatenate([rows[:, 0] for rows in held]), return_inverse=True)
+    avgdl = length / docs or 1.0
+    scores = np.zeros(len(docs_of), dtype=np.float64)
+    start = 0
+    for w, rows in zip(idf.values(), held, strict=True):
+        n, dl = rows[:, 1].astype(np.float64), rows[:, 2].astype(np.float64)
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * dl / avgdl)
+        scores[at[start : start + len(rows)]] += w * n * (BM25_K1 + 1) / (n + norm)
+        start += len(rows)
+    return docs_of, scores
+
+
 def bm25_scores(query: str, docs: Sequence[str]) -> list[float]:
     """Okapi BM25 of each document for ``query`` within ``docs`` (the population the statistics come from).
 
     The pure-Python scorer for the places that rank a small set without an index: the in-memory store (the
-    reference the indexes are tested against) and search over one user's raw conversation."""
-    wanted = set(terms(query))
+    reference the indexes are tested against) and search over one user's raw conversation. The SQLite index scores
+    with :func:`bm25_idf` and :func:`bm25_score` too, from statistics it reads per user."""
+    wanted = dict.fromkeys(terms(query))
     tfs = [Counter(terms(d)) for d in docs]
     if not wanted or not tfs:
         return [0.0] * len(tfs)
     avg = sum(sum(tf.values()) for tf in tfs) / len(tfs) or 1.0
-    idf = {
-        t: math.log(1 + (len(tfs) - df + 0.5) / (df + 0.5)) for t in wanted if (df := sum(1 for tf in tfs if t in tf))
-    }
-    out = []
-    for tf in tfs:
-        norm = BM25_K1 * (1 - BM25_B + BM25_B * sum(tf.values()) / avg)
-        out.append(sum(w * tf[t] * (BM25_K1 + 1) / (tf[t] + norm) for t, w in idf.items() if tf[t]))
-    return out
+    idf = bm25_idf(wanted, len(tfs), Counter(t for tf in tfs for t in tf if t in wanted))
+    return [bm25_score(tf, sum(tf.values()), avg, idf) for tf in tfs]
 
 
 def is_chinese(texts: list[str]) -> bool:

@@ -19,16 +19,8 @@ MAX_K = 1000
 
 
 def user_key(tenant: str, user: str) -> str:
-    """One alphanumeric token naming (tenant, user): safe as an FTS5 term and as a vec0 partition key."""
+    """One alphanumeric token naming (tenant, user): the vec0 partition key."""
     return "u" + hashlib.sha256(f"{tenant}\x1f{user}".encode()).hexdigest()[:32]
-
-
-def scope_key(tenant: str, user: str, scope: str) -> str:
-    """One alphanumeric token naming a scope of one user: an FTS5 term (the scope itself has ':' and '.', which FTS
-    splits). Per user, not per scope alone: a term's doclist is every row holding it, and one ``shared`` term for
-    the whole index (most of its rows) made each filtered BM25 query read it, 1.6x the unfiltered time at 10^5
-    atoms; a user's own terms are as short as the user's rows, and imply the user."""
-    return "s" + hashlib.sha256(f"{tenant}\x1f{user}\x1f{scope}".encode()).hexdigest()[:32]
 
 
 def check_scope(tenant: str, user: str | None) -> None:

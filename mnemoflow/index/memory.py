@@ -123,8 +123,8 @@ class InMemoryVectorStore(StoreIdentity):
         self._live()
         check_k(k)
         wanted, seen = check_types(types), check_visible(visible)
-        # Collection statistics are per user, over every scope: the population a query ranks within, as in SQLite's
-        # FTS5 and Milvus, whose statistics the filter does not change either.
+        # Collection statistics are per user, over every scope and type: the population a query ranks within, as in
+        # SQLite; a filter chooses the hits, not the statistics (Milvus' span its whole collection).
         rows = list(self._scope(tenant, user).values())
         scored = [
             (s, r)

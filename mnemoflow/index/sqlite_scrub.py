@@ -1,10 +1,9 @@
 """Make deleted rows of the SQLite atom index unrecoverable from its files (after an erase).
 
-Why this is needed: SQLite deletes only unlink rows. Their text stays in free pages of the file, FTS5 keeps the
-terms of deleted documents in older index segments until they are merged, and the WAL keeps old page images
-until a checkpoint. A byte search of the index after an erase would find them. This merges the FTS index into
-one segment, rewrites the file (VACUUM) and truncates the WAL. It takes the write lock for as long as that
-runs (about a second per 10k atoms here), so it is for erasures, not for every delete.
+Why this is needed: SQLite deletes only unlink rows. Their text stays in free pages of the file, and the WAL keeps
+old page images until a checkpoint. A byte search of the index after an erase would find them. This rewrites the
+file (VACUUM) and truncates the WAL. It takes the write lock for as long as that runs (about a second per 10k atoms
+here), so it is for erasures, not for every delete.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ def scrub_sqlite_index(path: str, busy_timeout_ms: int = 30_000) -> None:
     conn = schema.connect(path, busy_timeout_ms)
     try:
         with schema.translate():
-            conn.execute("insert into atoms_fts(atoms_fts) values('optimize')")
             conn.execute("vacuum")
             conn.execute("pragma wal_checkpoint(truncate)")
     finally:

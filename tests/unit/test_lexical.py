@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mnemoflow.lexical import analysed, bm25_scores, has_unspaced, terms, word_count, words
+from mnemoflow.lexical import (
+    analysed,
+    bm25_idf,
+    bm25_postings,
+    bm25_score,
+    bm25_scores,
+    has_unspaced,
+    terms,
+    word_count,
+    words,
+)
 
 SENTENCE = "我喜欢在山里徒步旅行，我的女儿叫小美，她在北京上大学。"
 
@@ -62,3 +75,24 @@ def test_bm25_ranks_the_document_with_the_chinese_word() -> None:
     scores = bm25_scores("hiking 徒步", docs)
     assert scores[0] > 0 and scores[2] > 0 and scores[1] == 0
     assert bm25_scores("", docs) == [0.0, 0.0, 0.0]
+
+
+@given(
+    st.lists(st.lists(st.sampled_from(["cat", "tree", "山", "pixel", "a", "b"]), max_size=30), min_size=1, max_size=40),
+    st.lists(st.sampled_from(["cat", "tree", "山", "pixel", "zzz"]), min_size=1, max_size=5),
+)
+def test_bm25_from_postings_is_the_per_document_score_to_the_last_bit(docs: list[list[str]], query: list[str]) -> None:
+    """The SQLite index scores postings on arrays; the in-memory reference one document at a time: same floats."""
+    wanted = list(dict.fromkeys(query))
+    tfs = [Counter(d) for d in docs]
+    length = sum(len(d) for d in docs)
+    postings = {
+        t: np.array([(i, tf[t], len(docs[i])) for i, tf in enumerate(tfs) if tf[t]], dtype=np.int64)
+        for t in wanted
+        if any(t in tf for tf in tfs)
+    }
+    avgdl = length / len(docs) or 1.0
+    idf = bm25_idf(wanted, len(docs), {t: len(rows) for t, rows in postings.items()})
+    want = {i: s for i, tf in enumerate(tfs) if (s := bm25_score(tf, len(docs[i]), avgdl, idf))}
+    ids, scores = bm25_postings(postings, wanted, len(docs), length)
+    assert dict(zip(ids.tolist(), scores.tolist(), strict=True)) == want
