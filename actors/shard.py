@@ -277,15 +277,14 @@ class SessionShard:
             agent = owner_agent(self._files, tenant, session)
             unfinished = {active} if active else set()
             now = self._clock.now()
-            model = self._llm is not None and "skills" in self._model_stages
-            attributes = {"mnemoflow.shard": self.index, "mnemoflow.skills.engine": "model" if model else "heuristic"}
+            llm = self._llm if "skills" in self._model_stages else None
+            attributes = {"mnemoflow.shard": self.index, "mnemoflow.skills.engine": "model" if llm else "heuristic"}
             traced = self._tracing.span("mnemoflow.shard.skill_pass", None, attributes) if self._tracing else None
             with traced or nullcontext() as span:
                 try:
-                    if model:
-                        assert self._llm is not None
+                    if llm is not None:
                         done = await learn_session_with_model(
-                            self._files, tenant, session, now, self._llm, agent=agent, unfinished=unfinished
+                            self._files, tenant, session, now, llm, agent=agent, unfinished=unfinished
                         )
                     else:
                         done = await asyncio.to_thread(

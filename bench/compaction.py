@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import cProfile
 import hashlib
-import importlib.util
 import json
 import pstats
 import shutil
@@ -44,17 +43,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actors.shard import SessionShard  # noqa: E402
+from bench.evalsets import trajectories, twenty_message_requests  # noqa: E402
 from bench.report import Run, Table, result_path  # noqa: E402
 from bench.stages import pct  # noqa: E402
 from mnemoflow.config import Settings  # noqa: E402
-from mnemoflow.events import ToolResultEvent  # noqa: E402
 from mnemoflow.offload.entries import OffloadWriter  # noqa: E402
 from mnemoflow.offload.replies import CompactReply  # noqa: E402
+from mnemoflow.offload.session import tool_result_events  # noqa: E402
 from mnemoflow.storage import Layout, LocalFileStore  # noqa: E402
 from mnemoflow.testing import ManualClock  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-EVAL = ROOT.parent / "shared" / "eval"
 TENANT = "bench"
 TS = datetime(2026, 1, 1, tzinfo=UTC)
 """Every stored result's time and the shard's clock: fixed, so that two runs write the same bytes."""
@@ -77,55 +75,11 @@ PHASES = [
 others; a built-in's file is ``~``)."""
 
 
-def loaders() -> Any:
-    spec = importlib.util.spec_from_file_location("eval_loaders", EVAL / "loaders.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def twenty_message_requests(n: int) -> list[list[dict[str, Any]]]:
-    """The first 20 messages of tau-bench airline runs whose 20th is the user's (as bench/proxy.py sends them)."""
-    out = []
-    for traj in loaders().load_trajectories(str(EVAL / "trajectories" / "tau_bench_airline")):
-        if len(traj) > 20 and traj[19]["role"] == "user":
-            out.append(traj[:20])
-        if len(out) == n:
-            break
-    return out
-
-
 def budget(window: int, max_tokens: int) -> int:
     """The tokens the proxy asks compaction for: the prompt's budget less the room kept for a first recall."""
     settings = Settings()
     prompt = int((window - max_tokens) / settings.proxy_tokens_per_o200k)
     return prompt - min(settings.proxy_recall_reserve, prompt // 2)
-
-
-def tool_events(session: str, messages: list[dict[str, Any]]) -> list[ToolResultEvent]:
-    """The tool results of ``messages`` as the proxy's capture publishes them to the stream worker."""
-    calls: dict[str, tuple[str, str]] = {}
-    out = []
-    for m in messages:
-        for c in m.get("tool_calls") or ():
-            f = c.get("function") or {}
-            calls[str(c.get("id"))] = (str(f.get("name", "")), str(f.get("arguments", "")))
-        if m.get("role") == "tool":
-            name, args = calls.get(m["tool_call_id"], ("", ""))
-            content = m.get("content")
-            out.append(
-                ToolResultEvent(
-                    tenant=TENANT,
-                    session=session,
-                    tool_call_id=m["tool_call_id"],
-                    tool_name=name,
-                    arguments=args,
-                    content=content if isinstance(content, str) else "" if content is None else str(content),
-                    ts=TS,
-                )
-            )
-    return out
 
 
 def folder_digest(root: Path) -> str:
@@ -174,7 +128,7 @@ class Replay:
 
     async def capture(self, session: str, messages: list[dict[str, Any]]) -> None:
         """What the stream worker does with the request's captured tool results: store them, tell the shard."""
-        appended = self.writer.write(tool_events(session, messages))
+        appended = self.writer.write(tool_result_events(TENANT, session, messages, TS))
         updates = [(a.tenant, a.session, [e.model_dump_json() for e in a.new_entries], a.last_seq) for a in appended]
         if updates:
             await self.shard.sync(updates)
@@ -262,7 +216,7 @@ def main() -> None:
     n_requests, n_trajs, steps = (2, 1, 6) if args.smoke else (10, 3, None) if args.quick else (20, 10, None)
     run = Run("compaction", "Compaction in the session shard, as the proxy drives it (no Ray)")
     requests = twenty_message_requests(n_requests + 3)[3:]  # the proxy bench's warm-up takes the first 3
-    trajs = loaders().load_trajectories(str(EVAL / "trajectories" / "openhands_swebench_verified"))[:n_trajs]
+    trajs = trajectories("openhands_swebench_verified")[:n_trajs]
     windows = (budget(args.request_window, 64), budget(args.window, 512))
     replay(requests[:1], trajs[:1], windows, 3)  # warm-up: the tokenizer, imports, caches of the code
     timed = replay(requests, trajs, windows, steps, digest=bool(args.digest))

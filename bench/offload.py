@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import re
 import sys
@@ -42,6 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.evalsets import trajectories  # noqa: E402
 from bench.prefix import shared_prefix  # noqa: E402
 from bench.report import Run, Table, result_path  # noqa: E402
 from mnemoflow.offload.boundary import canvas_for_seq  # noqa: E402
@@ -58,19 +58,14 @@ from mnemoflow.testing import ManualClock
 from mnemoflow.tokens import message_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
-EVAL = ROOT.parent / "shared" / "eval"  # the evaluation data lies beside the repository
-SETS = {"openhands": "trajectories/openhands_swebench_verified", "tau_bench": "trajectories/tau_bench_airline"}
+SETS = {"openhands": "openhands_swebench_verified", "tau_bench": "tau_bench_airline"}
 WINDOWS = {"32k": 32_000, "128k": 128_000}
 KEEP_LAST = 10
 _BAD = re.compile(r"[^A-Za-z0-9_.:@-]")
 
 
 def load(name: str) -> list[list[dict]]:
-    spec = importlib.util.spec_from_file_location("eval_loaders", EVAL / "loaders.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.load_trajectories(str(EVAL / SETS[name]))
+    return trajectories(SETS[name])
 
 
 def chain(trajs: list[list[dict]]) -> list[dict]:

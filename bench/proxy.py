@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import re
 import shutil
@@ -61,6 +60,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.evalsets import EVAL, trajectories, twenty_message_requests  # noqa: E402
 from bench.prefix import shared_prefix  # noqa: E402
 from bench.report import Run, Table, result_path  # noqa: E402
 from bench.skills import replay  # noqa: E402
@@ -77,18 +77,9 @@ from mnemoflow.skills.store import SkillStore  # noqa: E402
 from mnemoflow.storage import LocalFileStore  # noqa: E402
 from streams.broker import free_port, stop_process  # noqa: E402
 
-EVAL = ROOT.parent / "shared" / "eval"
 KEY, USER, TENANT = "bench-key", "bench-user", "bench"
 MEMORIES_END = "</relevant-memories>"
 """How recall's block ends (:func:`mnemoflow.memory.recall.format.prepend_context`): the user's own text follows."""
-
-
-def loaders() -> Any:
-    spec = importlib.util.spec_from_file_location("eval_loaders", EVAL / "loaders.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def start_stub(delay_ms: float) -> tuple[subprocess.Popen, str]:
@@ -284,16 +275,6 @@ def seed_memory(api: Client, turns: int) -> int:
     return 0
 
 
-def twenty_message_requests(n: int) -> list[list[dict]]:
-    out = []
-    for traj in loaders().load_trajectories(str(EVAL / "trajectories" / "tau_bench_airline")):
-        if len(traj) > 20 and traj[19]["role"] == "user":
-            out.append(traj[:20])
-        if len(out) == n:
-            break
-    return out
-
-
 def note_slowest(response: httpx.Response, slowest: dict[str, Any], **where: Any) -> None:
     """Keep in ``slowest`` the request whose memory side took longest, with its stages: what a p99 is made of."""
     ms = float(response.headers["x-mnemoflow-memory-ms"])
@@ -413,7 +394,7 @@ def agent_loops(
 
 def multi_turn_chats(n: int) -> list[list[dict[str, Any]]]:
     """tau-bench airline runs with three user turns or more: sessions whose recall moves to a new user message."""
-    runs = loaders().load_trajectories(str(EVAL / "trajectories" / "tau_bench_airline"))
+    runs = trajectories("tau_bench_airline")
     return [t for t in runs if sum(m["role"] == "user" for m in t) >= 3][:n]
 
 
@@ -429,7 +410,7 @@ def main() -> None:
     n_requests, n_trajs = (2, 1) if args.smoke else (20, 3) if args.quick else (60, 10)
     stub_proc, stub = start_stub(args.upstream_ms)
     data = Path(tempfile.mkdtemp(prefix="mnemoflow-bench-proxy-"))
-    openhands = loaders().load_trajectories(str(EVAL / "trajectories" / "openhands_swebench_verified"))
+    openhands = trajectories("openhands_swebench_verified")
     seeded_skills = seed_skills(data, openhands[-(2 if args.smoke else 20) :])
     settings = Settings(
         data_dir=data,

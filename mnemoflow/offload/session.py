@@ -35,7 +35,9 @@ from mnemoflow.ports.clock import Clock
 from mnemoflow.storage import Layout
 
 
-def _events(tenant: str, session: str, msgs: list[Message], now: datetime) -> list[ToolResultEvent]:
+def tool_result_events(tenant: str, session: str, msgs: list[Message], now: datetime) -> list[ToolResultEvent]:
+    """The tool results of ``msgs`` as events, each with its call's name and arguments: what the stream worker is
+    given for them."""
     calls: dict[str, tuple[str, str]] = {}
     out = []
     for m in msgs:
@@ -182,7 +184,7 @@ async def compact_turn(
     u = last_user(msgs)
     split = len(msgs) if u is None else u
     answered_before = {t for m in msgs[:split] for t in call_ids(m)}
-    events = _events(tenant, session, msgs, now)
+    events = tool_result_events(tenant, session, msgs, now)
     if writer is not None:
         writer.write([e for e in events if e.tool_call_id in answered_before])
     entries = read(files, tenant, session)

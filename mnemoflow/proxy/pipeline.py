@@ -267,7 +267,7 @@ class MemoryProxy:
             f"turns={len(plan.turns)}; tool_results={len(plan.results)}; too_large={plan.skipped}"
         )
         query = _latest_query(body.messages)
-        pinned = await asyncio.to_thread(self._pins.of, tenant, ident.session, ident.viewer)
+        pinned = self._pins.of(tenant, ident.session, ident.viewer)  # the LRU; on a miss a small file, as captured()
         recalling = _timed(out, "recall", self._recall(out, tenant, query, pinned))
         messages = body.messages
         if ident.window is None:

@@ -169,17 +169,24 @@ def test_an_index_from_before_scopes_migrates_on_open_with_every_atom_shared(tmp
     store.close()
 
 
-def test_an_index_of_version_4_trades_its_fts_table_for_the_terms_table_on_open(tmp_path: Path) -> None:
-    """Version 4 kept the terms in FTS5: opening drops that table and fills the ``lex_*`` tables from ``atoms``; the
-    vec table, whose layout did not change, is kept as it is (nothing re-inserted)."""
-    path = str(tmp_path / "v4.db")
+def _as_version(path: str, version: int, old_table: str) -> SqliteVectorStore:
+    """An open index of three atoms made to look like one of schema ``version``: no ``lex_*`` rows, the table that
+    version kept the terms in (``old_table``, its DDL), and that version in ``meta``."""
     store = SqliteVectorStore.open(path, dim=4, embedding_model="m")
     store.upsert([_row(i) for i in range(3)])
     with store._conn:
         for table in ("lex_postings", "lex_atoms", "lex_users"):
             store._conn.execute(f"delete from {table}")
-        store._conn.execute("create virtual table atoms_fts using fts5(ukey, atype, skey, body)")
-        store._conn.execute("update meta set value = '4' where key = 'schema_version'")
+        store._conn.execute(old_table)
+        store._conn.execute("update meta set value = ? where key = 'schema_version'", (str(version),))
+    return store
+
+
+def test_an_index_of_version_4_trades_its_fts_table_for_the_terms_table_on_open(tmp_path: Path) -> None:
+    """Version 4 kept the terms in FTS5: opening drops that table and fills the ``lex_*`` tables from ``atoms``; the
+    vec table, whose layout did not change, is kept as it is (nothing re-inserted)."""
+    path = str(tmp_path / "v4.db")
+    store = _as_version(path, 4, "create virtual table atoms_fts using fts5(ukey, atype, skey, body)")
     vec_rows = list(store._conn.execute("select rowid, chunk_id, chunk_offset from atoms_vec_rowids"))
     store.close()
     reopened = SqliteVectorStore.open(path, dim=4, embedding_model="m")
@@ -194,13 +201,7 @@ def test_an_index_of_version_5_trades_its_terms_table_for_postings_on_open(tmp_p
     """Version 5 (never released) kept each atom's terms in one row of ``atoms_terms``: opening drops it and fills
     the ``lex_*`` tables from ``atoms``."""
     path = str(tmp_path / "v5.db")
-    store = SqliteVectorStore.open(path, dim=4, embedding_model="m")
-    store.upsert([_row(i) for i in range(3)])
-    with store._conn:
-        for table in ("lex_postings", "lex_atoms", "lex_users"):
-            store._conn.execute(f"delete from {table}")
-        store._conn.execute("create table atoms_terms(tenant, user, rid, atom_id, type, scope, terms, nterms)")
-        store._conn.execute("update meta set value = '5' where key = 'schema_version'")
+    store = _as_version(path, 5, "create table atoms_terms(tenant, user, rid, atom_id, type, scope, terms, nterms)")
     assert store.bm25_search("t", "me", "parent 1", 1) == []
     store.close()
     reopened = SqliteVectorStore.open(path, dim=4, embedding_model="m")
