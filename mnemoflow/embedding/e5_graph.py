@@ -215,7 +215,7 @@ def _calibrate(weights: E5Weights, layers: list[_Layer]) -> dict[str, Floats]:
     rng = np.random.default_rng(_CALIBRATION_SEED)
     vocabulary = weights.vocabulary
     specials = {vocabulary.bos, vocabulary.eos, vocabulary.unk, vocabulary.pad}
-    ordinary = np.array([i for i in range(len(vocabulary.pieces)) if i not in specials])
+    ordinary = np.array([i for i in range(vocabulary.size) if i not in specials])
     batch = [
         [vocabulary.bos, *rng.choice(ordinary, size=int(rng.integers(6, 64))).tolist(), vocabulary.eos]
         for _ in range(_CALIBRATION_TEXTS)

@@ -17,6 +17,7 @@ the Viterbi runs per word; words repeat, so their pieces are kept in a bounded c
 from __future__ import annotations
 
 import re
+from array import array
 from functools import lru_cache
 
 from mnemoflow.embedding.e5_weights import Vocabulary
@@ -33,13 +34,10 @@ class E5Tokenizer:
     def __init__(self, vocabulary: Vocabulary) -> None:
         self.bos, self.eos, self._unk = vocabulary.bos, vocabulary.eos, vocabulary.unk
         self._table = vocabulary.normalise
-        self._pieces = {
-            piece: (i, float(vocabulary.scores[i]))
-            for i, piece in enumerate(vocabulary.pieces)
-            if piece and i != vocabulary.unk
-        }
+        self._trie, self._ids = vocabulary.trie, vocabulary.piece_ids
+        self._scores = array("d", vocabulary.scores[vocabulary.piece_ids].tolist())
+        """Trie key id -> score, as the Python floats the sums use."""
         self._unk_score = float(vocabulary.scores.min()) - 10.0
-        self._longest = max(len(piece) for piece in self._pieces)
         self._word = lru_cache(maxsize=_WORD_CACHE)(self._segment)
 
     def content(self, text: str) -> list[int]:
@@ -63,10 +61,10 @@ class E5Tokenizer:
             here = best[i]
             if here == float("-inf"):
                 continue
-            for end in range(i + 1, min(n, i + self._longest) + 1):
-                hit = self._pieces.get(word[i:end])
-                if hit is not None and here + hit[1] > best[end]:
-                    best[end], piece_at[end], start_at[end] = here + hit[1], hit[0], i
+            for piece, key in self._trie.iter_prefixes_with_ids(word[i:]):
+                end, score = i + len(piece), here + self._scores[key]
+                if score > best[end]:
+                    best[end], piece_at[end], start_at[end] = score, self._ids[key], i
             if here + self._unk_score > best[i + 1]:
                 best[i + 1], piece_at[i + 1], start_at[i + 1] = here + self._unk_score, self._unk, i
         ids: list[int] = []

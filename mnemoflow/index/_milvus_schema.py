@@ -123,6 +123,14 @@ def field_names(client: Any, name: str, timeout: float) -> set[str]:
     return {f["name"] for f in client.describe_collection(name, timeout=timeout)["fields"]}
 
 
+def recorded_model(client: Any, name: str, timeout: float) -> str | None:
+    """The embedding model the collection ``name`` was built with; None before its side collection exists."""
+    if not client.has_collection(f"{name}_meta", timeout=timeout):
+        return None
+    rows = client.query(f"{name}_meta", filter='key == "embedding_model"', output_fields=["value"], timeout=timeout)
+    return str(rows[0]["value"]) if rows else None
+
+
 def ensure_meta(client: Any, name: str, embedding_model: str, dim: int, timeout: float) -> tuple[str, int]:
     """Create the side collection on first open; return the (model, dim) the index was built with."""
     pymilvus = vendor()

@@ -25,6 +25,7 @@ Why apsw: the stdlib ``sqlite3`` of this Python cannot load extensions. WAL lets
 from __future__ import annotations
 
 import logging
+import os
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -133,6 +134,24 @@ def connect(path: str, busy_timeout_ms: int) -> Any:
         conn.execute("pragma journal_mode=wal")
         conn.execute("pragma synchronous=normal")
     return conn
+
+
+def recorded_model(path: str) -> str | None:
+    """The embedding model the index file at ``path`` was built with; None when there is no file or no record yet.
+    Read without creating anything: deciding which model to load comes before the index is opened for it."""
+    if not os.path.exists(path):
+        return None
+    apsw, _ = _vendor()
+    with translate():
+        conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE)
+        conn.set_busy_timeout(10_000)
+        try:
+            if not conn.execute("select 1 from sqlite_master where type = 'table' and name = 'meta'").fetchone():
+                return None
+            row = conn.execute("select value from meta where key = 'embedding_model'").fetchone()
+        finally:
+            conn.close()
+    return str(row[0]) if row else None
 
 
 def ensure_schema(conn: Any, dim: int, embedding_model: str, chunk_size: int) -> tuple[str, int]:

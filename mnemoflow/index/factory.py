@@ -27,6 +27,17 @@ def open_store(settings: Settings, *, dim: int, embedding_model: str) -> VectorS
     return SqliteVectorStore.open(index_path(settings), dim=dim, embedding_model=embedding_model)
 
 
+def recorded_model(settings: Settings) -> str | None:
+    """The embedding model the configured index was built with; None for an index not built yet."""
+    if settings.milvus_uri:
+        from mnemoflow.index.milvus import MilvusVectorStore
+
+        return MilvusVectorStore.recorded_model(settings.milvus_uri)
+    from mnemoflow.index.sqlite import SqliteVectorStore
+
+    return SqliteVectorStore.recorded_model(index_path(settings))
+
+
 def open_index(settings: Settings) -> tuple[Embedder, VectorStore]:
     """The configured embedder and the atom index opened for its model: what extraction and recall both need."""
     from mnemoflow.embedding.factory import build_embedder

@@ -131,6 +131,20 @@ class MilvusVectorStore(StoreIdentity):
                 store._relayout(store._stored[1] or dim, [f for f in _FIELDS if f in present])
         return store
 
+    @staticmethod
+    def recorded_model(
+        uri: str, *, collection: str = "mnemoflow_atoms", token: str = "", timeout: float = 30.0
+    ) -> str | None:
+        """The embedding model the collection was built with (None: not built yet), read before choosing the
+        embedder that :meth:`open` must be given. Milvus Lite shares its server between clients of one file."""
+        pymilvus = schema.vendor()
+        with translate():
+            client = pymilvus.MilvusClient(uri=uri, token=token)
+            try:
+                return schema.recorded_model(client, collection, timeout)
+            finally:
+                client.close()
+
     def _read_all(self, fields: list[str] = _FIELDS) -> list[AtomRow]:
         it = self._client.query_iterator(self._name, batch_size=1000, filter='pk != ""', output_fields=fields)
         rows: list[AtomRow] = []

@@ -116,6 +116,12 @@ class SqliteVectorStore(StoreIdentity):
         self._candidates = candidates
         self._stored: tuple[str | None, int | None] = (embedding_model, dim)
 
+    @staticmethod
+    def recorded_model(path: str) -> str | None:
+        """The embedding model the file was built with (None: no file yet), read without creating anything, before
+        choosing the embedder that :meth:`open` must be given."""
+        return schema.recorded_model(path)
+
     @classmethod
     def open(
         cls,

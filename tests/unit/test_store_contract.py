@@ -447,3 +447,37 @@ def test_no_search_returns_an_atom_its_viewer_may_not_see(
             assert all((h.row.tenant, h.row.user) == (tenant, user) and h.row.scope in seen for h in hits)
             assert all(h.row == expected[h.id] for h in hits)  # the row as last written: no stale scope
         assert {h.id for h in store.dense_search(tenant, user, vec(n), 50, visible=visible)} == set(expected)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "milvus"])
+def test_the_recorded_model_is_read_without_opening(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """What ``embedder_engine=auto`` reads to pick the engine that built an index: nothing for a new index (and
+    nothing created by asking), then the model of the last open or re-embedding."""
+    from mnemoflow.index.milvus import MilvusVectorStore
+    from mnemoflow.index.sqlite import SqliteVectorStore
+
+    path, collection = str(tmp_path / "atoms.db"), f"atoms_{next(_collections)}"
+    uri = request.getfixturevalue("milvus_uri") if backend == "milvus" else path
+
+    def recorded() -> str | None:
+        if backend == "sqlite":
+            return SqliteVectorStore.recorded_model(path)
+        return MilvusVectorStore.recorded_model(uri, collection=collection)
+
+    def open_(model: str) -> VectorStore:
+        if backend == "sqlite":
+            return SqliteVectorStore.open(path, dim=DIM, embedding_model=model)
+        return MilvusVectorStore.open(uri, dim=DIM, embedding_model=model, collection=collection)
+
+    assert recorded() is None
+    assert backend == "milvus" or not Path(path).exists()
+    first = open_("m1")
+    first.upsert([atom(i) for i in range(3)])
+    first.close()
+    assert recorded() == "m1"
+    second = open_("m2")
+    assert second.reembed(lambda texts: [vec(len(t)) for t in texts]) == 3
+    second.close()
+    assert recorded() == "m2"
