@@ -9,7 +9,7 @@ from the key, then apply the tenant's rate limit. ``/health/live`` says the proc
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -30,6 +30,7 @@ from mnemoflow.storage import LocalFileStore
 from mnemoflow.tracing import TRACE_HEADERS, Tracing, extract_headers, inject_headers
 from serving.bus import EventBus, Headers
 from serving.deps import ApiDeps, Compactor, StateReader
+from serving.metrics import RequestMetrics
 from serving.metrics_governance import GovernanceCollector
 from serving.publish import publish_tool_results, publish_turns
 from serving.routes_governance import governance_router
@@ -86,15 +87,7 @@ def create_api(
     metrics = deps.metrics
     metrics.registry.register(GovernanceCollector(deps.files))
     Holder = Annotated[Caller, Depends(gate.caller)]
-
-    @app.middleware("http")
-    async def _observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        start = time.perf_counter()
-        response = await call_next(request)
-        route = getattr(request.scope.get("route"), "path", "unmatched")
-        metrics.requests.labels(route, str(response.status_code)).inc()
-        metrics.latency.labels(route).observe(time.perf_counter() - start)
-        return response
+    app.add_middleware(RequestMetrics, metrics=metrics)
 
     @app.exception_handler(MnemoflowError)
     async def _mnemoflow_error(request: Request, exc: MnemoflowError) -> JSONResponse:
