@@ -140,7 +140,7 @@ class _Onnx:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.encode([""], query=True)  # onnxruntime sets its kernels up on the first run, not in a request
-        release_free_heap()  # what loading and that first run freed: ~60 MB the heap would otherwise keep
+        release_free_heap()  # what loading and that first run freed: ~30 MB the heap would otherwise keep
 
     def encode(self, texts: list[str], *, query: bool) -> np.ndarray:
         from mnemoflow.embedding.e5_graph import embeddings

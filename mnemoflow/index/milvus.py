@@ -136,14 +136,14 @@ class MilvusVectorStore(StoreIdentity):
         uri: str, *, collection: str = "mnemoflow_atoms", token: str = "", timeout: float = 30.0
     ) -> str | None:
         """The embedding model the collection was built with (None: not built yet), read before choosing the
-        embedder that :meth:`open` must be given. Milvus Lite shares its server between clients of one file."""
+        embedder that :meth:`open` must be given.
+
+        The client is not closed: pymilvus keys its connection by URI and token, so every client of this process
+        for the same server shares it (a store opened before or after), and closing it would cut theirs too."""
         pymilvus = schema.vendor()
         with translate():
             client = pymilvus.MilvusClient(uri=uri, token=token)
-            try:
-                return schema.recorded_model(client, collection, timeout)
-            finally:
-                client.close()
+            return schema.recorded_model(client, collection, timeout)
 
     def _read_all(self, fields: list[str] = _FIELDS) -> list[AtomRow]:
         it = self._client.query_iterator(self._name, batch_size=1000, filter='pk != ""', output_fields=fields)

@@ -475,8 +475,9 @@ def test_the_recorded_model_is_read_without_opening(
     assert backend == "milvus" or not Path(path).exists()
     first = open_("m1")
     first.upsert([atom(i) for i in range(3)])
-    first.close()
     assert recorded() == "m1"
+    assert first.count("t1", "u1") == 3  # asking did not close the open store's connection (pymilvus shares it)
+    first.close()
     second = open_("m2")
     assert second.reembed(lambda texts: [vec(len(t)) for t in texts]) == 3
     second.close()
