@@ -24,11 +24,15 @@ COPY streams streams
 COPY actors actors
 COPY serving serving
 # The same script `make install` runs (and so CI, on every run); no llama.cpp: the cluster calls vLLM or an
-# OpenAI-compatible server. The o200k vocabulary is written into the image (the root filesystem is read-only).
+# OpenAI-compatible server. The o200k vocabulary and e5's onnxruntime graph (the default engine for a new index) are
+# written into the image: the root filesystem is read-only, so neither could be made at run time.
 RUN PYTHON=python VENV=/opt/mnemoflow EXTRAS=runtime,embed,sqlite,milvus EDITABLE=0 \
     CONSTRAINTS=tools/constraints-cluster.txt bash tools/install.sh \
  && /opt/mnemoflow/bin/python -c "import serving.builder, streams.worker, ray; print('ray', ray.__version__)" \
- && /opt/mnemoflow/bin/python -m mnemoflow.tokens --write-vocabulary /opt/mnemoflow/tiktoken
+ && /opt/mnemoflow/bin/python -m mnemoflow.tokens --write-vocabulary /opt/mnemoflow/tiktoken \
+ && MNEMOFLOW_MODELS_DIR=/opt/mnemoflow/models /opt/mnemoflow/bin/python -c \
+    "from mnemoflow.config import Settings; from mnemoflow.embedding.factory import build_embedder; \
+build_embedder(Settings(embedder_engine='onnx')).embed(['built'])"
 
 # --- final: the venv and a non-root user, no compilers ------------------------------------------------------
 FROM python:${PYTHON_VERSION}-slim-${DEBIAN}
@@ -46,6 +50,7 @@ ENV PATH=/opt/mnemoflow/bin:$PATH \
     HOME=/home/mnemoflow \
     MNEMOFLOW_DATA_DIR=/data \
     TIKTOKEN_CACHE_DIR=/opt/mnemoflow/tiktoken \
+    MNEMOFLOW_MODELS_DIR=/opt/mnemoflow/models \
     RAY_USAGE_STATS_ENABLED=0
 USER 10001:10001
 WORKDIR /home/mnemoflow

@@ -59,6 +59,7 @@ def ensure_graph(weights: E5Weights, path: Path) -> Path:
     os.close(fd)
     try:
         _build(weights, Path(partial))
+        os.chmod(partial, 0o644)  # mkstemp made it 0600: an image builds it as root for another user to read
         os.replace(partial, path)
     finally:
         Path(partial).unlink(missing_ok=True)

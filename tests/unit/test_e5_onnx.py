@@ -87,6 +87,7 @@ def test_graph_is_built_once_into_models_dir(tmp_path: Path, caplog: pytest.LogC
     assert len(built) == 1
     (graph,) = (tmp_path / "e5-onnx").iterdir()  # no partial file left beside it
     assert graph.suffix == ".onnx" and graph.stat().st_size > 10_000_000
+    assert graph.stat().st_mode & 0o777 == 0o644  # readable by the user an image runs as, not only its builder
     caplog.clear()
     again = E5Embedder(engine="onnx", models_dir=tmp_path).embed(["a fact worth keeping"])
     assert not [r for r in caplog.records if "building" in r.getMessage()]
