@@ -30,9 +30,7 @@ RUN PYTHON=python VENV=/opt/mnemoflow EXTRAS=runtime,embed,sqlite,milvus EDITABL
     CONSTRAINTS=tools/constraints-cluster.txt bash tools/install.sh \
  && /opt/mnemoflow/bin/python -c "import serving.builder, streams.worker, ray; print('ray', ray.__version__)" \
  && /opt/mnemoflow/bin/python -m mnemoflow.tokens --write-vocabulary /opt/mnemoflow/tiktoken \
- && MNEMOFLOW_MODELS_DIR=/opt/mnemoflow/models /opt/mnemoflow/bin/python -c \
-    "from mnemoflow.config import Settings; from mnemoflow.embedding.factory import build_embedder; \
-build_embedder(Settings(embedder_engine='onnx')).embed(['built'])"
+ && /opt/mnemoflow/bin/python -m mnemoflow.embedding.e5 --build-graph /opt/mnemoflow/models
 
 # --- final: the venv and a non-root user, no compilers ------------------------------------------------------
 FROM python:${PYTHON_VERSION}-slim-${DEBIAN}

