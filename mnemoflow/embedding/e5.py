@@ -147,7 +147,7 @@ class _Onnx:
         release_free_heap()  # what loading and that first run freed: ~30 MB the heap would otherwise keep
 
     def encode(self, texts: list[str], *, query: bool) -> np.ndarray:
-        from mnemoflow.embedding.e5_graph import embeddings
+        from mnemoflow.embedding.e5_graph import feeds
 
         prefix = "query: " if query else "passage: "
         windows: list[tuple[int, list[int], int]] = []
@@ -157,21 +157,25 @@ class _Onnx:
                 chunk = content[start : start + self._window]
                 windows.append((i, [self._tokenizer.bos, *chunk, self._tokenizer.eos], max(len(chunk), 1)))
         sums = np.zeros((len(texts), DIM), np.float64)
-        padded = 0
+        widest = 0
         for batch in self._batches(sorted(windows, key=lambda w: len(w[1]))):
-            emb, mask = embeddings(self._weights, [ids for _, ids, _ in batch])
-            (pooled,) = self._session.run(["pooled"], {"emb": emb, "mask": mask})
-            padded = max(padded, emb.shape[0] * emb.shape[1])
+            inputs = feeds(self._weights, [ids for _, ids, _ in batch])
+            (pooled,) = self._session.run(["pooled"], inputs)
+            widest = max(widest, inputs["mask"].size)
             for (i, _, weight), vector in zip(batch, pooled, strict=True):
                 sums[i] += weight * vector
-        if padded > TRIM_AFTER_TOKENS:
+        if widest > TRIM_AFTER_TOKENS:
             release_free_heap()
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
         unit: np.ndarray = (sums / np.maximum(norms, 1e-12)).astype(np.float32)
         return unit
 
     def _batches(self, windows: list[tuple[int, list[int], int]]) -> list[list[tuple[int, list[int], int]]]:
-        """Runs of windows sorted by length, each within the batch size, the token budget and the length ratio."""
+        """Runs of windows sorted by length, each within the batch size, the token budget and the length ratio; a
+        window over :data:`~mnemoflow.embedding.e5_graph.LONG_WINDOW` tokens only with its own length, so that its
+        run is not padded and attention runs without a mask."""
+        from mnemoflow.embedding.e5_graph import LONG_WINDOW
+
         batches: list[list[tuple[int, list[int], int]]] = []
         for window in windows:
             last = batches[-1] if batches else None
@@ -180,6 +184,7 @@ class _Onnx:
                 or len(last) >= self._batch_size
                 or (len(last) + 1) * len(window[1]) > TOKEN_BUDGET
                 or len(window[1]) > LENGTH_RATIO * len(last[0][1])
+                or (len(window[1]) > LONG_WINDOW and len(window[1]) != len(last[0][1]))
             ):
                 batches.append([window])
             else:

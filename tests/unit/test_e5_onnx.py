@@ -121,18 +121,21 @@ def test_auto_keeps_the_engine_an_index_was_built_with(tmp_path: Path) -> None:
 def test_runs_group_windows_of_near_lengths(engines: tuple[E5Embedder, E5Embedder]) -> None:
     """Every row of a run is padded to its longest: a run is cut where a window grows past the length ratio."""
     from mnemoflow.embedding.e5 import LENGTH_RATIO, _Onnx
+    from mnemoflow.embedding.e5_graph import LONG_WINDOW
 
     _, onnx = engines
     onnx.load()
     assert isinstance(onnx._model, _Onnx)
-    lengths = [10, 10, 11, 12, 13, 30, 31, 36, 37, 200]
+    lengths = [10, 10, 11, 12, 13, 30, 31, 36, 37, 140, 141, 512, 512, 512]
     windows = [(i, [0] * n, n) for i, n in enumerate(lengths)]
     runs = [[len(ids) for _, ids, _ in run] for run in onnx._model._batches(windows)]
-    assert runs == [[10, 10, 11, 12], [13], [30, 31, 36], [37], [200]]
+    assert runs == [[10, 10, 11, 12], [13], [30, 31, 36], [37], [140], [141], [512, 512, 512]]
     assert all(run[-1] <= LENGTH_RATIO * run[0] for run in runs)
+    assert all(len(set(run)) == 1 for run in runs if run[-1] > LONG_WINDOW)  # long windows: never padded
 
 
 def test_a_vector_does_not_depend_on_the_texts_beside_it(engines: tuple[E5Embedder, E5Embedder]) -> None:
+    """Alone, a text runs unpadded (attention without a mask); beside others, padded (with one): the same vector."""
     _, onnx = engines
     together = np.asarray(onnx.embed(TEXTS))
     alone = np.asarray([onnx.embed([text])[0] for text in TEXTS])
