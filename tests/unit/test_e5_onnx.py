@@ -135,7 +135,7 @@ def test_runs_group_windows_of_near_lengths(engines: tuple[E5Embedder, E5Embedde
 
 
 def test_a_vector_does_not_depend_on_the_texts_beside_it(engines: tuple[E5Embedder, E5Embedder]) -> None:
-    """Alone, a text runs unpadded (attention without a mask); beside others, padded (with one): the same vector."""
+    """Beside others a text's short windows are padded (runs are cut by length); alone never: the same vector."""
     _, onnx = engines
     together = np.asarray(onnx.embed(TEXTS))
     alone = np.asarray([onnx.embed([text])[0] for text in TEXTS])
