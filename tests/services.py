@@ -121,8 +121,11 @@ def ensure_smollm2_gguf(cache: Path = REPO_ROOT / ".cache" / "models") -> Path:
 
 
 @contextlib.contextmanager
-def llama_cpp_server(gguf: Path, log: Path, n_ctx: int = 4096, timeout: float = 120) -> Iterator[str]:
-    """llama.cpp's OpenAI-compatible server (``python -m llama_cpp.server``) on a free loopback port."""
+def llama_cpp_server(
+    gguf: Path, log: Path, n_ctx: int = 4096, timeout: float = 120, alias: str = "smollm2"
+) -> Iterator[str]:
+    """llama.cpp's OpenAI-compatible server (``python -m llama_cpp.server``) on a free loopback port, serving
+    ``gguf`` under the model name ``alias``."""
     import sys
 
     import httpx
@@ -141,7 +144,7 @@ def llama_cpp_server(gguf: Path, log: Path, n_ctx: int = 4096, timeout: float = 
         "--n_ctx",
         str(n_ctx),
         "--model_alias",
-        "smollm2",
+        alias,
     ]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
