@@ -265,9 +265,9 @@ def test_long_term_memory_runs_on_milvus_in_the_full_stack(cluster: LocalCluster
         assert snap["live"] < len(said)  # the repeated sentence was deduplicated against Milvus, not stored twice
         hits = _retry(lambda: api.post("/v1/recall", json={"user": user, "query": "What does Mia study?"}), 200)
         assert "medicine" in hits.json()["prepend_context"]
-        health = api.get("/health").json()
-        index = next(c for c in health["checks"] if c["name"] == "atom_index")
-        assert index["ok"] and cluster.milvus is not None and cluster.milvus.pid is not None
+        index = _atom_index_check(api)
+        assert index["ok"], index  # a probe has 1.5 s: on a busy machine Milvus may miss one, not several
+        assert cluster.milvus is not None and cluster.milvus.pid is not None
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
             persona, scenes = api.get(f"/v1/users/{user}/persona"), api.get(f"/v1/users/{user}/scenes")
@@ -276,6 +276,16 @@ def test_long_term_memory_runs_on_milvus_in_the_full_stack(cluster: LocalCluster
             time.sleep(2)
         assert scenes.status_code == 200 and scenes.json(), "no scene was written"
         assert persona.status_code == 200, persona.text[:300]
+
+
+def _atom_index_check(api: httpx.Client, timeout: float = 60) -> dict[str, Any]:
+    """The health report's ``atom_index`` check, probed again until it passes or ``timeout`` runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        index: dict[str, Any] = next(c for c in api.get("/health").json()["checks"] if c["name"] == "atom_index")
+        if index["ok"] or time.monotonic() > deadline:
+            return index
+        time.sleep(1.0)
 
 
 def _retry(call: Any, want: int, timeout: float = 180) -> httpx.Response:
