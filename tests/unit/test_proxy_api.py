@@ -110,6 +110,16 @@ class Stack:
     def turns(self) -> list[dict[str, Any]]:
         return [json.loads(v) for topic, records in self.bus.sent if topic == TOPIC_TURNS for _, v, _ in records]
 
+    def answers(self, expected: int, timeout: float = 30) -> list[str]:
+        """The captured assistant turns, once ``expected`` are there or ``timeout`` runs out: an answer is captured
+        after it is sent, so the client can see it before the bus does."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = [t["content"] for t in self.turns() if t["role"] == "assistant"]
+            if len(found) >= expected or time.monotonic() > deadline:
+                return found
+            time.sleep(0.02)
+
     def run(self, key: str = "key-acme", **headers: str) -> Iterator[openai.OpenAI]:
         with asgi_server(self.upstream) as upstream:
             settings = Settings(**self._settings, proxy_upstream_url=upstream)
@@ -163,10 +173,7 @@ def test_capture_recall_compaction_and_an_unchanged_answer(stack: Stack) -> None
         again = client.chat.completions.with_raw_response.create(model="stub", messages=CONVERSATION)
         assert again.headers["x-mnemoflow-captured"] == "turns=0; tool_results=0; too_large=0"
         assert stack.upstream.state.received[-1]["messages"] == sent  # the same recall: a byte-identical prompt
-        deadline = time.monotonic() + 30  # both answers are captured after they are sent, each on its own
-        while sum(t["role"] == "assistant" for t in stack.turns()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert [t["content"] for t in stack.turns() if t["role"] == "assistant"] == ["Bonjour Ana.", "Bonjour Ana."]
+        assert stack.answers(2) == ["Bonjour Ana.", "Bonjour Ana."]
         assert len({t["message_id"] for t in stack.turns() if t["role"] == "assistant"}) == 1  # one message in L0
 
 
@@ -228,10 +235,7 @@ def test_streaming_passes_chunks_through_and_captures_the_answer(stack: Stack) -
         text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
         assert text == "Bonjour Ana."
         assert stack.upstream.state.received[-1]["stream"] is True
-        deadline = time.monotonic() + 30  # both answers are captured after they are sent, each on its own
-        while sum(t["role"] == "assistant" for t in stack.turns()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert [t["content"] for t in stack.turns() if t["role"] == "assistant"] == ["Bonjour Ana."]
+        assert stack.answers(1) == ["Bonjour Ana."]
 
 
 def test_models_and_tool_calls_pass_through(stack: Stack) -> None:
