@@ -33,9 +33,12 @@ class ApiIngress:
         checks = runtime_checks(self._settings, self._bootstrap, shards)
         tracing = setup_tracing(self._settings, "api")
         bus = KafkaBus(self._bootstrap)
-        return create_api(
-            self._settings, bus, shards.get_state, shards.compact, self._recaller, checks, tracing=tracing
-        )
+        app = create_api(self._settings, bus, shards.get_state, shards.compact, self._recaller, checks, tracing=tracing)
+        if self._settings.api_direct_port:
+            from serving.direct import serve_directly
+
+            serve_directly(app, self._settings.api_host, self._settings.api_direct_port)
+        return app
 
     def _recaller(self) -> Any:
         """Recall in this replica: the embedder in-process with its query vectors kept (an agent's repeated

@@ -49,6 +49,8 @@ class StackInfo:
     api_url: str
     data_dir: Path
     worker_pid: int | None
+    direct_url: str | None = None
+    """The API replica's own listener (``api_direct_port``), when set: the same API without Serve's proxy hop."""
 
 
 def ensure_api_key(settings: Settings) -> Settings:
@@ -93,7 +95,11 @@ class Stack:
             self.stop()
             raise
         broker = self._broker.kind if self._broker else "external"
-        self.info = StackInfo(bootstrap, broker, ray_address, api_url, self.settings.data_dir, self.worker_pid)
+        direct = self.settings.api_direct_port
+        direct_url = f"http://{self.settings.api_host}:{direct}" if direct else None
+        self.info = StackInfo(
+            bootstrap, broker, ray_address, api_url, self.settings.data_dir, self.worker_pid, direct_url
+        )
         return self.info
 
     def _start_broker(self) -> str:
@@ -154,12 +160,16 @@ class Stack:
         from streams.broker import free_port
 
         port = self.settings.api_port or free_port(self.settings.api_host)
+        if self.settings.api_direct_port == 0:  # the replicas are given a concrete port, the same for all
+            self.settings = self.settings.model_copy(update={"api_direct_port": free_port(self.settings.api_host)})
         serve.start(http_options={"host": self.settings.api_host, "port": port}, grpc_options={"port": 0})
         self._serve_apps.update(applications(self.settings, bootstrap))  # the builders a RayService names
         for name, (app, prefix) in self._serve_apps.items():
             serve.run(app, name=name, route_prefix=prefix)
         url = f"http://{self.settings.api_host}:{port}"
         wait_live(url, timeout=60)
+        if self.settings.api_direct_port:
+            wait_live(f"http://{self.settings.api_host}:{self.settings.api_direct_port}", timeout=60)
         return url
 
     def start_worker(self) -> None:

@@ -1,0 +1,48 @@
+"""The API replica's own listener (``serving/direct.py``): it serves the app it is given on the named port for as
+long as the app's lifespan runs, and a second one (a second replica on the machine) shares the port."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from serving.direct import serve_directly
+from streams.broker import free_port
+
+
+def app_named(name: str) -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/who")
+    async def who() -> dict[str, str]:
+        return {"replica": name}
+
+    return app
+
+
+def test_the_listener_lives_with_the_lifespan_and_shares_its_port() -> None:
+    asyncio.run(lives_and_shares())
+
+
+async def lives_and_shares() -> None:
+    port = free_port("127.0.0.1")
+    first, second = app_named("a"), app_named("b")
+    serve_directly(first, "127.0.0.1", port)
+    serve_directly(second, "127.0.0.1", port)
+    url = f"http://127.0.0.1:{port}/who"
+    async with first.router.lifespan_context(first):
+        async with httpx.AsyncClient() as client:
+            assert (await client.get(url)).json() == {"replica": "a"}
+        async with second.router.lifespan_context(second):  # SO_REUSEPORT: the kernel spreads new connections
+            seen = set()
+            for _ in range(20):
+                async with httpx.AsyncClient() as client:  # a new connection each time
+                    seen.add((await client.get(url)).json()["replica"])
+            assert seen == {"a", "b"}
+        async with httpx.AsyncClient() as client:  # the second closed: the first still answers
+            assert (await client.get(url)).json() == {"replica": "a"}
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url, timeout=2)
