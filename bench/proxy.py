@@ -105,7 +105,8 @@ def start_stub(delay_ms: float) -> tuple[subprocess.Popen, str]:
 
 WHAT = {
     "end_to_end": "the request through the proxy, as the agent waits for it",
-    "serve_hop": "Serve's HTTP proxy and its call to the replica, both ways",
+    "serve_hop": "the HTTP hop into the API replica, both ways: Serve's HTTP proxy and its call to the replica"
+    " (with --direct, the replica's own listener)",
     **STAGES,
     "compact_hop": "the Ray actor call to the session's shard, both ways",
     "compact_again_hop": "the same for the second compaction",
