@@ -21,10 +21,21 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import uvicorn
+
 log = logging.getLogger(__name__)
+
+
+class _QuietServer(uvicorn.Server):
+    """uvicorn without its signal handlers: the replica's process is Ray's, and so are its signals (uvicorn takes
+    SIGINT and SIGTERM when it runs on the main thread, which Serve's user code does when configured to)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 class DirectListener:
@@ -32,12 +43,10 @@ class DirectListener:
 
     def __init__(self, app: Any, host: str, port: int) -> None:
         self._app, self._host, self._port = app, host, port
-        self._server: Any = None
+        self._server: _QuietServer | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        import uvicorn
-
         sock = socket.socket(socket.AF_INET6 if ":" in self._host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
@@ -49,7 +58,7 @@ class DirectListener:
         sock.listen(256)
         sock.setblocking(False)
         config = uvicorn.Config(self._app, lifespan="off", access_log=False, log_level="warning", loop="none")
-        self._server = uvicorn.Server(config)
+        self._server = _QuietServer(config)
         self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
         log.info("the API replica answers directly on %s:%d", self._host, self._port)
 
