@@ -373,6 +373,13 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _direct_port_is_its_own(self) -> Settings:
+        """Serve's proxy and the replica's own listener on one port would fail the replica's start over and over."""
+        if self.api_direct_port and self.api_direct_port == self.api_port:
+            raise ValueError(f"api_direct_port and api_port are both {self.api_port}: the two doors need two ports")
+        return self
+
+    @model_validator(mode="after")
     def _packaged_model_runs_on_llama_cpp(self) -> Settings:
         """``llm`` is one setting for the in-process CPU engine on a fetched file; an engine or a file given
         beside it that says otherwise is refused rather than silently overridden. Whether the file is there is

@@ -57,7 +57,14 @@ class DirectListener:
             raise
         sock.listen(256)
         sock.setblocking(False)
-        config = uvicorn.Config(self._app, lifespan="off", access_log=False, log_level="warning", loop="none")
+        config = uvicorn.Config(
+            self._app,
+            lifespan="off",
+            access_log=False,
+            log_level="warning",
+            loop="none",
+            timeout_graceful_shutdown=10,  # then uvicorn cancels what still runs (a long stream)
+        )
         self._server = _QuietServer(config)
         self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
         log.info("the API replica answers directly on %s:%d", self._host, self._port)
@@ -66,10 +73,7 @@ class DirectListener:
         if self._server is None or self._task is None:
             return
         self._server.should_exit = True
-        try:
-            await asyncio.wait_for(self._task, timeout=10)
-        except TimeoutError:
-            self._task.cancel()
+        await self._task
 
 
 def serve_directly(app: Any, host: str, port: int) -> None:

@@ -95,10 +95,8 @@ class Stack:
             self.stop()
             raise
         broker = self._broker.kind if self._broker else "external"
-        direct = self.settings.api_direct_port
-        direct_url = f"http://{self.settings.api_host}:{direct}" if direct else None
         self.info = StackInfo(
-            bootstrap, broker, ray_address, api_url, self.settings.data_dir, self.worker_pid, direct_url
+            bootstrap, broker, ray_address, api_url, self.settings.data_dir, self.worker_pid, self._direct_url()
         )
         return self.info
 
@@ -168,9 +166,14 @@ class Stack:
             serve.run(app, name=name, route_prefix=prefix)
         url = f"http://{self.settings.api_host}:{port}"
         wait_live(url, timeout=60)
-        if self.settings.api_direct_port:
-            wait_live(f"http://{self.settings.api_host}:{self.settings.api_direct_port}", timeout=60)
+        if direct := self._direct_url():
+            wait_live(direct, timeout=60)
         return url
+
+    def _direct_url(self) -> str | None:
+        """The API replica's own listener, once :meth:`_start_serve` has resolved its port; None when not set."""
+        port = self.settings.api_direct_port
+        return f"http://{self.settings.api_host}:{port}" if port else None
 
     def start_worker(self) -> None:
         """Start (or restart) the Faust worker as a child process; its log is ``logs/worker.log``."""

@@ -30,7 +30,15 @@ def test_to_env_round_trips_through_a_child_process_environment(monkeypatch: pyt
     assert Settings() == original
 
 
-@pytest.mark.parametrize("bad", [{"session_shards": 0}, {"api_keys": {"../t": "k"}}, {"unknown_field": 1}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"session_shards": 0},
+        {"api_keys": {"../t": "k"}},
+        {"unknown_field": 1},
+        {"api_port": 8000, "api_direct_port": 8000},
+    ],
+)
 def test_bad_settings_are_refused(bad: dict) -> None:
     with pytest.raises(ValidationError):
         Settings(**bad)
