@@ -35,7 +35,7 @@ from mnemoflow.offload.annotations import AnnotatedLog
 from mnemoflow.offload.entries import OffloadEntry, read_entries
 from mnemoflow.offload.refine import RefineReport, refine_due, refine_session
 from mnemoflow.offload.replies import CompactRefused, CompactReply
-from mnemoflow.offload.session import compact_turn
+from mnemoflow.offload.session import compact_turn, summarise_arrived
 from mnemoflow.offload.session_state import SequenceGap, SessionState, advance, load_state, save_state, save_states
 from mnemoflow.ports import SystemClock
 from mnemoflow.ports.llm import LLM
@@ -196,25 +196,39 @@ class SessionShard:
         async with AsyncExitStack() as locks:
             for key in sorted({(tenant, session) for tenant, session, _, _ in updates}):
                 await locks.enter_async_context(self._lock(key))
+            arrived: dict[SessionKey, list[OffloadEntry]] = {}
             for tenant, session, raw_entries, last_seq in updates:
                 key = (tenant, session)
                 state = states.get(key) or self._get(key)
                 if state.last_seq < last_seq:
+                    entries = [OffloadEntry.model_validate_json(raw) for raw in raw_entries]
                     try:
-                        new = advance(state, [OffloadEntry.model_validate_json(raw) for raw in raw_entries])
+                        new = advance(state, entries)
+                        arrived.setdefault(key, []).extend(e for e in entries if e.seq > state.last_seq)
                     except SequenceGap:
-                        new = self._catch_up(state)
+                        new = self._catch_up(state)  # what the gap held is summarised by the next turn
                     if new is not state:
                         changed.append(new)
                     state = new
                 states[key] = state
-            if changed:
-                await asyncio.to_thread(save_states, self._files, changed)
+            if changed or arrived:
+                await asyncio.to_thread(self._save_and_summarise, changed, arrived)
             for key, state in states.items():
                 self._put(key, state)
         for state in changed:
             self._refine_later((state.tenant, state.session), state)
         return len({(s.tenant, s.session) for s in changed})
+
+    def _save_and_summarise(self, changed: list[SessionState], arrived: dict[SessionKey, list[OffloadEntry]]) -> None:
+        """Save the changed states, then summarise the entries that arrived (:func:`summarise_arrived`: off the
+        next request's path). A summary that fails is left to the next compaction turn, which makes it again."""
+        if changed:
+            save_states(self._files, changed)
+        for (tenant, session), entries in arrived.items():
+            try:
+                summarise_arrived(self._files, tenant, session, entries)
+            except Exception:  # noqa: BLE001 - the turn summarises what is left unscored
+                log.exception("summarising %d arrived entries of %s/%s failed", len(entries), tenant, session)
 
     async def get_state(self, tenant: str, session: str) -> SessionState:
         """The session's state, caught up with its log."""

@@ -1,4 +1,5 @@
 import asyncio
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -6,7 +7,9 @@ import pytest
 
 from actors.shard import SessionShard
 from mnemoflow.events import ToolResultEvent
+from mnemoflow.offload.annotations import Annotation, annotated_entries, annotations_path
 from mnemoflow.offload.entries import OffloadWriter, read_entries, read_ref
+from mnemoflow.offload.replies import CompactReply
 from mnemoflow.offload.session_state import SequenceGap, SessionState, advance, load_state
 from mnemoflow.storage import LocalFileStore
 
@@ -86,3 +89,32 @@ def test_shard_memory_is_bounded(tmp_path: Path) -> None:
         run(shard.sync([("t", f"s{k}", [e.model_dump_json() for e in appended[0].new_entries], 0)]))
     assert shard.stats()["sessions_in_memory"] == 3
     assert run(shard.get_state("t", "s0")).count == 1  # evicted, reloaded from its files
+
+
+def _summaries_per_call(files: LocalFileStore) -> Counter[str]:
+    lines = files.read_lines(annotations_path("t", "s"))
+    return Counter(note.tool_call_id for line in lines if (note := Annotation.model_validate_json(line)).summary)
+
+
+def test_the_shard_summarises_entries_as_they_arrive_and_a_turn_does_not_again(tmp_path: Path) -> None:
+    """What arrives in order is summarised at once (off the next request's path); what a gap hid is summarised by
+    the next compaction turn; no entry is summarised twice."""
+    files = LocalFileStore(tmp_path)
+    writer = OffloadWriter(files)
+    shard = SessionShard(0, str(tmp_path), idle_seconds=60, max_sessions=10)
+    first = writer.write([result(0, content="ERROR: disk full\n"), result(1)])[0]
+    run(shard.sync([("t", "s", [e.model_dump_json() for e in first.new_entries], 1)]))
+    assert _summaries_per_call(files) == Counter({"call_0": 1, "call_1": 1})
+    hidden = writer.write([result(i) for i in range(2, 4)])[0]  # the shard hears only of call_3
+    run(shard.sync([("t", "s", [hidden.new_entries[-1].model_dump_json()], 3)]))
+    assert set(_summaries_per_call(files)) == {"call_0", "call_1"}
+    calls = [{"id": f"call_{i}", "type": "function", "function": {"name": "bash", "arguments": "{}"}} for i in range(4)]
+    messages = [
+        {"role": "user", "content": "free some disk space"},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        *({"role": "tool", "tool_call_id": f"call_{i}", "content": f"output {i}\n"} for i in range(4)),
+    ]
+    reply = run(shard.compact("t", "s", messages, 100_000))
+    assert isinstance(reply, CompactReply)
+    assert _summaries_per_call(files) == Counter({f"call_{i}": 1 for i in range(4)})
+    assert "disk full" in (annotated_entries(files, "t", "s")[0].summary or "")
