@@ -35,7 +35,7 @@ from mnemoflow.offload.annotations import AnnotatedLog
 from mnemoflow.offload.entries import OffloadEntry, read_entries
 from mnemoflow.offload.refine import RefineReport, refine_due, refine_session
 from mnemoflow.offload.replies import CompactRefused, CompactReply
-from mnemoflow.offload.session import compact_turn, summarise_arrived
+from mnemoflow.offload.session import compact_turn, summarise_unscored
 from mnemoflow.offload.session_state import SequenceGap, SessionState, advance, load_state, save_state, save_states
 from mnemoflow.ports import SystemClock
 from mnemoflow.ports.llm import LLM
@@ -79,6 +79,8 @@ class SessionShard:
         self._refine_dropped = 0
         self._metrics = ShardMetrics(index)
         self._learning: set[asyncio.Task[None]] = set()
+        self._summary_due: set[SessionKey] = set()  # sessions whose summarising task has not taken the lock yet
+        self._summarising: set[asyncio.Task[None]] = set()
         # Every compaction counts tokens: the vocabulary (~0.5-1 s of CPU, ~80 MB) loads with the shard, or the
         # first request each shard serves after a start pays for it (the proxy bench's slowest first request: 942
         # ms, all of it compaction in a shard the warm-up had not reached).
@@ -196,39 +198,49 @@ class SessionShard:
         async with AsyncExitStack() as locks:
             for key in sorted({(tenant, session) for tenant, session, _, _ in updates}):
                 await locks.enter_async_context(self._lock(key))
-            arrived: dict[SessionKey, list[OffloadEntry]] = {}
             for tenant, session, raw_entries, last_seq in updates:
                 key = (tenant, session)
                 state = states.get(key) or self._get(key)
                 if state.last_seq < last_seq:
-                    entries = [OffloadEntry.model_validate_json(raw) for raw in raw_entries]
                     try:
-                        new = advance(state, entries)
-                        arrived.setdefault(key, []).extend(e for e in entries if e.seq > state.last_seq)
+                        new = advance(state, [OffloadEntry.model_validate_json(raw) for raw in raw_entries])
                     except SequenceGap:
-                        new = self._catch_up(state)  # what the gap held is summarised by the next turn
+                        new = self._catch_up(state)
                     if new is not state:
                         changed.append(new)
                     state = new
                 states[key] = state
-            if changed or arrived:
-                await asyncio.to_thread(self._save_and_summarise, changed, arrived)
+            if changed:
+                await asyncio.to_thread(save_states, self._files, changed)
             for key, state in states.items():
                 self._put(key, state)
         for state in changed:
+            self._summarise_later((state.tenant, state.session))
             self._refine_later((state.tenant, state.session), state)
         return len({(s.tenant, s.session) for s in changed})
 
-    def _save_and_summarise(self, changed: list[SessionState], arrived: dict[SessionKey, list[OffloadEntry]]) -> None:
-        """Save the changed states, then summarise the entries that arrived (:func:`summarise_arrived`: off the
-        next request's path). A summary that fails is left to the next compaction turn, which makes it again."""
-        if changed:
-            save_states(self._files, changed)
-        for (tenant, session), entries in arrived.items():
+    def _summarise_later(self, key: SessionKey) -> None:
+        """Summarise the session's new entries in the background (:func:`summarise_unscored`), so that its next
+        compaction, which an agent waits for, finds them done; ``sync`` does not wait for it, nor does the stream
+        worker that called it. One task per session at a time waits for the session's lock: the entries that arrive
+        meanwhile are the ones it reads."""
+        if key in self._summary_due:
+            return
+        self._summary_due.add(key)
+        task = asyncio.get_running_loop().create_task(self._summarise(key))
+        self._summarising.add(task)
+        task.add_done_callback(self._summarising.discard)
+
+    async def _summarise(self, key: SessionKey) -> None:
+        async with self._lock(key):
+            self._summary_due.discard(key)
+            held = key in self._sessions  # an evicted session's log is not kept
+            annotated = self._logs.setdefault(key, AnnotatedLog()) if held else AnnotatedLog()
             try:
-                summarise_arrived(self._files, tenant, session, entries)
-            except Exception:  # noqa: BLE001 - the turn summarises what is left unscored
-                log.exception("summarising %d arrived entries of %s/%s failed", len(entries), tenant, session)
+                await asyncio.to_thread(summarise_unscored, self._files, *key, annotated)
+            except Exception:  # the next compaction summarises what is left unscored
+                self._drop(key)
+                log.exception("summarising the new entries of %s/%s failed", *key)
 
     async def get_state(self, tenant: str, session: str) -> SessionState:
         """The session's state, caught up with its log."""

@@ -4,7 +4,7 @@ Order: validate (nothing is written for a malformed array) -> store tool results
 entries, idempotent by tool_call_id) -> summarise new entries -> judge the latest user message once (L1.5) ->
 fold new entries into canvases (L2) -> :func:`~mnemoflow.offload.compact.compact` -> persist the decisions in
 ``state.json``. Every step writes its outputs back as it goes, so a restarted shard continues from the files
-alone (the session shard summarises entries as they arrive, :func:`summarise_arrived`, so a turn mostly finds
+alone (the session shard summarises entries as they arrive, :func:`summarise_unscored`, so a turn mostly finds
 them done); the session's log and annotations are read once per turn (again only after this call stored tool results
 itself), and what the turn annotates is applied in memory instead of read back. A turn that changes nothing (the
 same array sent again) writes nothing: every fsync is a few milliseconds of the agent's wait.
@@ -80,17 +80,17 @@ def _summarise(
     return (annotate(entries, merged(notes)), notes) if notes else (entries, [])
 
 
-def summarise_arrived(
-    files: FileStore, tenant: str, session: str, entries: list[OffloadEntry], config: OffloadConfig | None = None
+def summarise_unscored(
+    files: FileStore, tenant: str, session: str, log: AnnotatedLog, config: OffloadConfig | None = None
 ) -> int:
-    """Summarise and score (heuristic) entries as the stream worker's notice of them arrives, and append the
-    annotations; returns how many. The next compaction turn finds them scored and skips them.
+    """Summarise and score (heuristic) the session's entries that have no score yet, and append the annotations;
+    returns how many. ``log``: the session's annotated log as the caller keeps it (read from where it stopped).
 
     Why: summarising is the part of a turn that does not depend on the request's array, and the largest: a turn
     that caught up with the previous request's three tool results took 8-11 ms against 1 ms for the same array
-    with nothing new, half of it this (20-message tau-bench airline arrays). Done when the entries arrive, it runs
-    while the agent waits for its model, not while it waits for us."""
-    notes = _summaries(files, tenant, session, entries, config or OffloadConfig())
+    with nothing new, half of it this (20-message tau-bench airline arrays). The session shard runs it when new
+    entries arrive, so it runs while the agent waits for its model, not while it waits for us."""
+    notes = _summaries(files, tenant, session, log.read(files, tenant, session), config or OffloadConfig())
     append_annotations(files, tenant, session, notes)
     return len(notes)
 

@@ -97,24 +97,41 @@ def _summaries_per_call(files: LocalFileStore) -> Counter[str]:
 
 
 def test_the_shard_summarises_entries_as_they_arrive_and_a_turn_does_not_again(tmp_path: Path) -> None:
-    """What arrives in order is summarised at once (off the next request's path); what a gap hid is summarised by
-    the next compaction turn; no entry is summarised twice."""
+    """New entries are summarised in the background after the notice (those a gap hid too), without the notice
+    waiting for it; a compaction that takes the session first summarises them itself; no entry is summarised
+    twice."""
     files = LocalFileStore(tmp_path)
     writer = OffloadWriter(files)
     shard = SessionShard(0, str(tmp_path), idle_seconds=60, max_sessions=10)
-    first = writer.write([result(0, content="ERROR: disk full\n"), result(1)])[0]
-    run(shard.sync([("t", "s", [e.model_dump_json() for e in first.new_entries], 1)]))
-    assert _summaries_per_call(files) == Counter({"call_0": 1, "call_1": 1})
-    hidden = writer.write([result(i) for i in range(2, 4)])[0]  # the shard hears only of call_3
-    run(shard.sync([("t", "s", [hidden.new_entries[-1].model_dump_json()], 3)]))
-    assert set(_summaries_per_call(files)) == {"call_0", "call_1"}
-    calls = [{"id": f"call_{i}", "type": "function", "function": {"name": "bash", "arguments": "{}"}} for i in range(4)]
+    calls = [{"id": f"call_{i}", "type": "function", "function": {"name": "bash", "arguments": "{}"}} for i in range(6)]
     messages = [
         {"role": "user", "content": "free some disk space"},
         {"role": "assistant", "content": None, "tool_calls": calls},
-        *({"role": "tool", "tool_call_id": f"call_{i}", "content": f"output {i}\n"} for i in range(4)),
+        *({"role": "tool", "tool_call_id": f"call_{i}", "content": f"output {i}\n"} for i in range(6)),
     ]
-    reply = run(shard.compact("t", "s", messages, 100_000))
-    assert isinstance(reply, CompactReply)
-    assert _summaries_per_call(files) == Counter({f"call_{i}": 1 for i in range(4)})
+
+    async def summarised(want: int) -> Counter[str]:
+        for _ in range(200):
+            if len(done := _summaries_per_call(files)) >= want:
+                return done
+            await asyncio.sleep(0.01)
+        return _summaries_per_call(files)
+
+    async def scenario() -> None:
+        first = writer.write([result(0, content="ERROR: disk full\n"), result(1)])[0]
+        await shard.sync([("t", "s", [e.model_dump_json() for e in first.new_entries], 1)])
+        assert _summaries_per_call(files) == Counter()  # the notice did not wait for the summaries
+        assert await summarised(2) == Counter({"call_0": 1, "call_1": 1})
+        hidden = writer.write([result(i) for i in range(2, 4)])[0]  # the shard hears only of call_3
+        await shard.sync([("t", "s", [hidden.new_entries[-1].model_dump_json()], 3)])
+        assert await summarised(4) == Counter({f"call_{i}": 1 for i in range(4)})
+        later = writer.write([result(i) for i in range(4, 6)])[0]
+        await shard.sync([("t", "s", [e.model_dump_json() for e in later.new_entries], 5)])
+        reply = await shard.compact("t", "s", messages, 100_000)  # before the background task has run
+        assert isinstance(reply, CompactReply)
+        assert _summaries_per_call(files) == Counter({f"call_{i}": 1 for i in range(6)})
+        await asyncio.sleep(0.1)  # the background task finds nothing left
+        assert _summaries_per_call(files) == Counter({f"call_{i}": 1 for i in range(6)})
+
+    run(scenario())
     assert "disk full" in (annotated_entries(files, "t", "s")[0].summary or "")
