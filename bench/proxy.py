@@ -35,9 +35,9 @@ index.
   request, as an agent waiting on a real model would). Derived rows say so: Serve's hop is the client's end to end
   less the route's total, the shard call's hop is compaction as waited for less its time in the shard.
 
-Writes ``bench/results/proxy.json`` (``proxy-quick.json`` with ``--quick``; ``proxy-direct.json`` with ``--direct``:
-the requests go to the API replica's own listener, ``api_direct_port``, instead of Serve's HTTP proxy). Usage:
-``python bench/proxy.py [--quick] [--direct]``;
+Writes ``bench/results/proxy.json`` (``proxy-quick.json`` with ``--quick``; ``proxy-serve.json`` with ``--door
+serve``: the requests go through Serve's HTTP proxy instead of the stack's default door, the API replica's own
+listener, ``api_door``). Usage: ``python bench/proxy.py [--quick] [--door direct|serve]``;
 ``--smoke --out PATH``: 20 turns seeded, 2 skills, 2 requests per kind, 4 steps of one run of each set (the tests).
 """
 
@@ -105,8 +105,8 @@ def start_stub(delay_ms: float) -> tuple[subprocess.Popen, str]:
 
 WHAT = {
     "end_to_end": "the request through the proxy, as the agent waits for it",
-    "serve_hop": "the HTTP hop into the API replica, both ways: Serve's HTTP proxy and its call to the replica"
-    " (with --direct, the replica's own listener)",
+    "serve_hop": "the HTTP hop into the API replica, both ways: the replica's own listener (with --door serve, "
+    "Serve's HTTP proxy and its call to the replica)",
     **STAGES,
     "compact_hop": "the Ray actor call to the session's shard, both ways",
     "compact_again_hop": "the same for the second compaction",
@@ -409,9 +409,10 @@ def main() -> None:
     parser.add_argument("--embedder", choices=("e5", "minilm"), default="e5", help="the recaller's query embedder")
     parser.add_argument("--smoke", action="store_true", help="20 turns seeded, 2 requests, 4 agent steps (the tests)")
     parser.add_argument(
-        "--direct",
-        action="store_true",
-        help="send through the API replica's own listener (api_direct_port), not Serve's HTTP proxy",
+        "--door",
+        choices=("direct", "serve"),
+        default="direct",
+        help="the stack's door (api_door): the API replica's own listener (the default) or Serve's HTTP proxy",
     )
     parser.add_argument("--out", help="default bench/results/proxy.json (proxy-quick.json with --quick)")
     args = parser.parse_args()
@@ -431,13 +432,13 @@ def main() -> None:
         rate_limit_per_second=10_000,
         rate_limit_burst=10_000,
         embedder=args.embedder,
-        api_direct_port=0 if args.direct else None,
+        api_door=args.door,
     )
     run = Run("proxy", f"Proxy: added latency over a {args.upstream_ms:.0f} ms upstream, and prompt tokens saved")
     stack = Stack(settings)
     try:
         stack.start()
-        api_url = stack.info.direct_url or stack.info.api_url
+        api_url = stack.info.api_url
         with Client(api_url, KEY) as api:
             atoms = seed_memory(api, 20 if args.smoke else 200)
         with httpx.Client(timeout=60) as scraper:
@@ -475,7 +476,7 @@ def main() -> None:
         "quick": args.quick,
         "smoke": args.smoke,
         "embedder": args.embedder,
-        "door": "direct" if args.direct else "serve proxy",
+        "door": "direct" if args.door == "direct" else "serve proxy",
         "stages": {**stages.result(KINDS), "what": {k: v for k, v in WHAT.items() if k in HOW}},
     }
     first, repeat = lat["first"], lat["repeat"]
@@ -506,7 +507,7 @@ def main() -> None:
     notes = [
         f"direct to the stub: p50 {lat['direct_ms']['p50']:.1f} ms, p99 {lat['direct_ms']['p99']:.1f} ms; Serve's floor"
         f" (GET /health/live) p50 {lat['serve_floor_ms']['p50']:.1f} ms; query embedder {args.embedder};"
-        f" door: {'the replica directly' if args.direct else 'Serve proxy'}",
+        f" door: {'the replica directly' if args.door == 'direct' else 'Serve proxy'}",
         f"slowest: first request {first['slowest']}; agent step {tokens['slowest_step']}",
     ]
     if len(measured) < n_requests:
@@ -555,7 +556,7 @@ def main() -> None:
         "embed and search are inside recall), so they do not add up; a derived row is a subtraction of two of them. "
         + "; ".join(f"{stage}: {WHAT[stage]}" for stage in result["stages"]["how"])
     )
-    name = "proxy-direct" if args.direct else "proxy"
+    name = "proxy" if args.door == "direct" else "proxy-serve"
     run.finish(tables, result, result_path(name, args.out, smoke=args.smoke, quick=args.quick), notes=notes)
 
 

@@ -137,15 +137,15 @@ class Settings(BaseSettings):
     shard_max_sessions: int = Field(10_000, ge=1, description="Bound on sessions one shard keeps in memory.")
 
     api_host: str = Field(
-        "127.0.0.1", description="Where the API listens (Serve's HTTP proxy, the direct port); loopback unless set."
+        "127.0.0.1", description="Where the API listens (both doors, see api_door); loopback unless set."
     )
     api_port: int = Field(8000, ge=0, le=65535, description="Port of the API (the proxy, the dashboard, /metrics).")
-    api_direct_port: int | None = Field(
-        None,
-        ge=0,
-        le=65535,
-        description="One machine: the API replica also answers on this port itself, on api_host, without Serve's "
-        "proxy hop (13-22 ms p50 on a 2-core VM; serving/direct.py); 0: a free port. None: only api_port.",
+    api_door: Literal["direct", "serve"] = Field(
+        "direct",
+        description="One machine (mnemoflow up): what answers api_port. direct: the API replica's own listener "
+        "(serving/direct.py), without Serve's HTTP proxy hop (13-40 ms p50 a request on 2 cores), Serve's proxy "
+        "on a free port of api_host beside it; serve: Serve's HTTP proxy (queueing, max_ongoing_requests, its "
+        "request metrics). On Kubernetes Serve's proxy is the door whatever this says.",
     )
     api_keys: dict[str, list[SecretStr]] = Field(
         default_factory=dict,
@@ -370,13 +370,6 @@ class Settings(BaseSettings):
                     raise ValueError(f"the {name} is empty")
                 if owner.setdefault(secret, name) != name:
                     raise ValueError(f"the {owner[secret]} and the {name} are the same; each key must name one holder")
-        return self
-
-    @model_validator(mode="after")
-    def _direct_port_is_its_own(self) -> Settings:
-        """Serve's proxy and the replica's own listener on one port would fail the replica's start over and over."""
-        if self.api_direct_port and self.api_direct_port == self.api_port:
-            raise ValueError(f"api_direct_port and api_port are both {self.api_port}: the two doors need two ports")
         return self
 
     @model_validator(mode="after")

@@ -17,10 +17,14 @@ from serving.loopback import keep_replica_on_loopback
 
 
 class ApiIngress:
-    def __init__(self, settings: Settings, bootstrap: str) -> None:
+    """``direct_port``: the replica also answers on that port of ``api_host`` itself (:mod:`serving.direct`); the
+    one-machine stack passes ``api_port`` there when its door is the replica's own listener (``api_door``)."""
+
+    def __init__(self, settings: Settings, bootstrap: str, direct_port: int | None = None) -> None:
         keep_replica_on_loopback()
         self._settings = settings
         self._bootstrap = bootstrap
+        self._direct_port = direct_port
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         from actors import ShardClient
@@ -34,10 +38,10 @@ class ApiIngress:
         tracing = setup_tracing(self._settings, "api")
         bus = KafkaBus(self._bootstrap)
         app = create_api(self._settings, bus, shards.get_state, shards.compact, self._recaller, checks, tracing=tracing)
-        if self._settings.api_direct_port:
+        if self._direct_port:
             from serving.direct import serve_directly
 
-            serve_directly(app, self._settings.api_host, self._settings.api_direct_port)
+            serve_directly(app, self._settings.api_host, self._direct_port)
         return app
 
     def _recaller(self) -> Any:
@@ -60,10 +64,11 @@ class ApiIngress:
         return Recaller(store=TimedIndex(store), embedder=QueryCache(embedder), files=files, skills=skills)
 
 
-def build_app(settings: Settings, bootstrap: str, replicas: int = 1) -> Any:
+def build_app(settings: Settings, bootstrap: str, replicas: int = 1, direct_port: int | None = None) -> Any:
     """The bound Serve application (pass it to ``serve.run``). Replicas are stateless: any of them serves any
-    request (writes go to Kafka, session state to the shard actors, reads to files and the atom index)."""
+    request (writes go to Kafka, session state to the shard actors, reads to files and the atom index); with
+    ``direct_port`` each also listens on that port itself (``SO_REUSEPORT``: the kernel spreads connections)."""
     ingress = serve.deployment(name="api", num_replicas=replicas, ray_actor_options={"num_cpus": 0})(
         serve.ingress()(ApiIngress)
     )
-    return ingress.bind(settings, bootstrap)
+    return ingress.bind(settings, bootstrap, direct_port)

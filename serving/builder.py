@@ -127,29 +127,34 @@ def llm_app(args: dict[str, Any] | None = None) -> Any:
 
 
 def applications(
-    settings: Settings, bootstrap: str, api_replicas: int = 1, extractor_replicas: int = 1
+    settings: Settings,
+    bootstrap: str,
+    api_replicas: int = 1,
+    extractor_replicas: int = 1,
+    direct_port: int | None = None,
 ) -> dict[str, tuple[Any, str | None]]:
     """The embedded shape's applications, in deploy order, as ``name -> (app, route_prefix)``: the builders of the
     cluster with the caller's Settings (which may hold a generated API key found in no environment variable) and
-    no actor creation (the caller owns its actors). The local cluster of the scale-out tests asks for replicas."""
+    no actor creation (the caller owns its actors). The local cluster of the scale-out tests asks for replicas;
+    ``direct_port``: the API replicas' own listener (the one-machine stack's direct door, ``api_door``)."""
     settings = settings.model_copy(update={"kafka_bootstrap": bootstrap})
     parsed = BuilderArgs(actors=False, detached=False, api_replicas=api_replicas, extractor_replicas=extractor_replicas)
     apps: dict[str, tuple[Any, str | None]] = {}
     if settings.llm_engine != "heuristic":
         apps[LLM_APP] = (_llm(settings), None)
     apps[EXTRACTOR_APP] = (_extractor(parsed, settings), None)
-    apps[API_APP] = (_api(parsed, settings), "/")
+    apps[API_APP] = (_api(parsed, settings, direct_port), "/")
     return apps
 
 
-def _api(parsed: BuilderArgs, settings: Settings) -> Any:
+def _api(parsed: BuilderArgs, settings: Settings, direct_port: int | None = None) -> Any:
     from serving.app import build_app
 
     bootstrap = _bootstrap(settings)
     if parsed.actors:  # their llm handle is looked up at the first model call, so the llm app may come later
         ensure_shards(settings, detached=parsed.detached)
         ensure_curators(settings, detached=parsed.detached)
-    return build_app(settings, bootstrap, replicas=parsed.api_replicas)
+    return build_app(settings, bootstrap, replicas=parsed.api_replicas, direct_port=direct_port)
 
 
 def _extractor(parsed: BuilderArgs, settings: Settings) -> Any:

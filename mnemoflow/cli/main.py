@@ -141,8 +141,8 @@ def _print_up(stack: Stack, info: StackInfo) -> None:
     table.add_row("Kafka", f"{info.bootstrap} ({info.broker})")
     table.add_row("Ray", info.ray_address)
     table.add_row("API", f"{info.api_url}  (docs: {info.api_url}/docs)")
-    if info.direct_url:
-        table.add_row("API, direct (no Serve proxy hop)", info.direct_url)
+    if info.serve_url and info.serve_url != info.api_url:
+        table.add_row("API through Serve's HTTP proxy", info.serve_url)
     table.add_row("Faust worker", f"pid {info.worker_pid}, log {stack.log_dir / 'worker.log'}")
     for plane, url in stack.metrics_urls():
         table.add_row(f"Metrics: {plane}", url)

@@ -14,6 +14,7 @@ import logging
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -49,8 +50,8 @@ class StackInfo:
     api_url: str
     data_dir: Path
     worker_pid: int | None
-    direct_url: str | None = None
-    """The API replica's own listener (``api_direct_port``), when set: the same API without Serve's proxy hop."""
+    serve_url: str | None = None
+    """Serve's HTTP proxy: the same API one hop further (``api_url`` itself unless ``api_door`` is ``direct``)."""
 
 
 def ensure_api_key(settings: Settings) -> Settings:
@@ -83,11 +84,12 @@ class Stack:
 
     def start(self) -> StackInfo:
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        refuse_taken_port(self.settings.api_host, self.settings.api_port)
         try:
             bootstrap = self._start_broker()
             ray_address = self._start_ray()
             self._start_actors()
-            api_url = self._start_serve(bootstrap)
+            api_url, serve_url = self._start_serve(bootstrap)
             self.settings = self.settings.model_copy(update={"kafka_bootstrap": bootstrap, "ray_address": ray_address})
             self.start_worker()
             _wait_ready(api_url, timeout=120)
@@ -96,7 +98,7 @@ class Stack:
             raise
         broker = self._broker.kind if self._broker else "external"
         self.info = StackInfo(
-            bootstrap, broker, ray_address, api_url, self.settings.data_dir, self.worker_pid, self._direct_url()
+            bootstrap, broker, ray_address, api_url, self.settings.data_dir, self.worker_pid, serve_url
         )
         return self.info
 
@@ -151,29 +153,27 @@ class Stack:
 
         self.curators = ensure_curators(self.settings, detached=False)
 
-    def _start_serve(self, bootstrap: str) -> str:
+    def _start_serve(self, bootstrap: str) -> tuple[str, str]:
+        """Serve and its applications; the API's URL (its door, ``api_door``) and Serve's proxy's."""
         from ray import serve
 
         from serving.builder import applications
         from streams.broker import free_port
 
-        port = self.settings.api_port or free_port(self.settings.api_host)
-        if self.settings.api_direct_port == 0:  # the replicas are given a concrete port, the same for all
-            self.settings = self.settings.model_copy(update={"api_direct_port": free_port(self.settings.api_host)})
-        serve.start(http_options={"host": self.settings.api_host, "port": port}, grpc_options={"port": 0})
-        self._serve_apps.update(applications(self.settings, bootstrap))  # the builders a RayService names
+        host = self.settings.api_host
+        port = self.settings.api_port or free_port(host)
+        direct = self.settings.api_door == "direct"
+        proxy_port = free_port(host) if direct else port
+        serve.start(http_options={"host": host, "port": proxy_port}, grpc_options={"port": 0})
+        # the builders a RayService names; the direct door is the API replicas' own listener on the API's port
+        self._serve_apps.update(applications(self.settings, bootstrap, direct_port=port if direct else None))
         for name, (app, prefix) in self._serve_apps.items():
             serve.run(app, name=name, route_prefix=prefix)
-        url = f"http://{self.settings.api_host}:{port}"
-        wait_live(url, timeout=60)
-        if direct := self._direct_url():
-            wait_live(direct, timeout=60)
-        return url
-
-    def _direct_url(self) -> str | None:
-        """The API replica's own listener, once :meth:`_start_serve` has resolved its port; None when not set."""
-        port = self.settings.api_direct_port
-        return f"http://{self.settings.api_host}:{port}" if port else None
+        url, proxy_url = f"http://{host}:{port}", f"http://{host}:{proxy_port}"
+        wait_live(proxy_url, timeout=60)
+        if direct:
+            wait_live(url, timeout=60)
+        return url, proxy_url
 
     def start_worker(self) -> None:
         """Start (or restart) the Faust worker as a child process; its log is ``logs/worker.log``."""
@@ -403,6 +403,24 @@ def start_local_ray(namespace: str, attempts: int = 4) -> None:
                 raise ServiceUnavailable(f"Ray did not start after {attempts} tries: {exc}") from exc
             log.warning("Ray did not start (try %d/%d): %s; retrying", attempt, attempts, exc)
             time.sleep(3.0 * attempt)
+
+
+def refuse_taken_port(host: str, port: int) -> None:
+    """Fail before starting anything when another program listens on the API's port. Bound the way the direct
+    door's listener is not (no ``SO_REUSEPORT``): a listener that shares its port, another stack's API replica,
+    refuses this bind, where the replica's own would join it and the kernel would split the clients between two
+    stacks. ``SO_REUSEADDR`` lets a port whose last connections are only closing (a restart) pass."""
+    if not port:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise ServiceUnavailable(
+                f"the API's port {host}:{port} is taken ({exc.strerror}): stop what listens there, or choose "
+                "another (mnemoflow up --port, MNEMOFLOW_API_PORT)"
+            ) from exc
 
 
 def wait_live(url: str, timeout: float) -> None:

@@ -4,8 +4,9 @@ through mnemoflow (real Apache Kafka, Faust worker, session shards, Serve API) t
 The recorded tool calls and outputs play the environment; the upstream answers each step. Checked: no prompt the
 upstream receives exceeds its context window (by the upstream's own count), prompt tokens saved against sending the
 raw array, every tool output recoverable byte-exact through drill-down (the SDK, and the MCP server over stdio),
-and L0 and L1 holding the conversation afterwards. The agent loop goes through Serve's HTTP proxy; the streamed
-request at its end through the API replica's own listener (``api_direct_port``), the same app without that hop.
+and L0 and L1 holding the conversation afterwards. The agent loop goes through the stack's door, the API replica's
+own listener (``api_door`` direct, the default); the streamed request at its end through Serve's HTTP proxy, the
+same app one hop further.
 """
 
 from __future__ import annotations
@@ -59,7 +60,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory, upstream: str) -> Iterator[S
         proxy_windows={"smollm2": N_CTX},
         proxy_tokens_per_o200k=RATIO,
         proxy_memory_timeout_seconds=60,  # the first recall loads the embedder: no bypass in this test
-        api_direct_port=0,
     )
     st = Stack(settings)
     st.start()
@@ -106,11 +106,11 @@ def test_trajectory_replay_through_the_proxy(stack: Stack) -> None:
         forwarded_tokens += int(h["x-mnemoflow-tokens"].split("after=")[1])
         levels.add(h["x-mnemoflow-compaction"])
 
-    direct = stack.info.direct_url
-    assert direct is not None and direct != stack.info.api_url
-    assert httpx.get(f"{direct}/health/live", timeout=10).status_code == 200
-    assert httpx.get(f"{direct}/v1/models", timeout=10).status_code == 401  # the same keys guard both doors
-    stream = agent.with_options(base_url=f"{direct}/v1").chat.completions.create(
+    proxy = stack.info.serve_url
+    assert proxy is not None and proxy != stack.info.api_url
+    assert httpx.get(f"{proxy}/health/live", timeout=10).status_code == 200
+    assert httpx.get(f"{proxy}/v1/models", timeout=10).status_code == 401  # the same keys guard both doors
+    stream = agent.with_options(base_url=f"{proxy}/v1").chat.completions.create(
         model="smollm2", messages=messages[: steps[-1]], max_tokens=MAX_TOKENS, temperature=0, stream=True
     )
     streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)

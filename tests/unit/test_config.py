@@ -36,7 +36,7 @@ def test_to_env_round_trips_through_a_child_process_environment(monkeypatch: pyt
         {"session_shards": 0},
         {"api_keys": {"../t": "k"}},
         {"unknown_field": 1},
-        {"api_port": 8000, "api_direct_port": 8000},
+        {"api_door": "haproxy"},
     ],
 )
 def test_bad_settings_are_refused(bad: dict) -> None:

@@ -1,5 +1,6 @@
 """The API replica's own listener (``serving/direct.py``): it serves the app it is given on the named port for as
-long as the app's lifespan runs, and a second one (a second replica on the machine) shares the port."""
+long as the app's lifespan runs, and a second one (a second replica on the machine) shares the port; the stack
+refuses an API port another program holds, shared or not."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from mnemoflow.cli.stack import refuse_taken_port
+from mnemoflow.errors import ServiceUnavailable
 from serving.direct import serve_directly
 from streams.broker import free_port
 
@@ -46,3 +49,20 @@ async def lives_and_shares() -> None:
             assert (await client.get(url)).json() == {"replica": "a"}
     with pytest.raises(httpx.ConnectError):
         httpx.get(url, timeout=2)
+
+
+def test_a_stack_refuses_an_api_port_another_listener_shares() -> None:
+    """Another stack's replica listens with SO_REUSEPORT, which ours would join (the kernel would split clients
+    between the two stacks): the stack refuses the port before starting anything, and takes it once it is free."""
+    asyncio.run(refused_while_shared())
+
+
+async def refused_while_shared() -> None:
+    port = free_port("127.0.0.1")
+    other = app_named("another stack")
+    serve_directly(other, "127.0.0.1", port)
+    async with other.router.lifespan_context(other):
+        with pytest.raises(ServiceUnavailable, match=f"127.0.0.1:{port} is taken"):
+            refuse_taken_port("127.0.0.1", port)
+    refuse_taken_port("127.0.0.1", port)  # free again
+    refuse_taken_port("127.0.0.1", 0)  # a free port is chosen later
