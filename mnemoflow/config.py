@@ -144,7 +144,7 @@ class Settings(BaseSettings):
         "direct",
         description="One machine (mnemoflow up): what answers api_port. direct: the API replica's own listener "
         "(serving/direct.py), without Serve's HTTP proxy hop (13-40 ms p50 a request on 2 cores), Serve's proxy "
-        "on a free port of api_host beside it; serve: Serve's HTTP proxy (queueing, max_ongoing_requests, its "
+        "on a free loopback port beside it; serve: Serve's HTTP proxy (queueing, max_ongoing_requests, its "
         "request metrics). On Kubernetes Serve's proxy is the door whatever this says.",
     )
     api_keys: dict[str, list[SecretStr]] = Field(

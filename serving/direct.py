@@ -1,11 +1,11 @@
-"""The API replica's own HTTP listener, beside Serve's proxy: one machine, opt-in (``api_direct_port``).
+"""The API replica's own HTTP listener: the one-machine stack's door (``api_door`` direct, the default).
 
 Why: every request through Ray Serve's HTTP proxy crosses two processes and several threads before the route
 runs. On our 2-core VMs a route that does nothing answers in 13-22 ms p50 through the proxy and in 3.8 ms from a
 listener in the replica itself (``bench/proxy.py``'s ``serve_floor_ms`` and a bare FastAPI deployment measured
 both ways), a third of what the proxy may add to a request (issue 31). Ray Serve 2.60 has this as *direct
 ingress*, but it hands each replica a port from its own range behind a load balancer (HAProxy, which no package
-here ships); this listener takes the port the operator names.
+here ships); this listener takes the API's port (Serve's proxy then listens on a free one; ``mnemoflow.cli.stack``).
 
 What it is: a uvicorn server on the replica's event loop (the one Serve runs the app's lifespan and routes on,
 so the app's Kafka producer and shard client serve both doors), serving the same FastAPI app, its lifespan off

@@ -163,13 +163,14 @@ class Stack:
         host = self.settings.api_host
         port = self.settings.api_port or free_port(host)
         direct = self.settings.api_door == "direct"
-        proxy_port = free_port(host) if direct else port
-        serve.start(http_options={"host": host, "port": proxy_port}, grpc_options={"port": 0})
+        # Behind the direct door Serve's proxy is a second way in, kept on loopback whatever api_host exposes.
+        proxy_host, proxy_port = ("127.0.0.1", free_port("127.0.0.1")) if direct else (host, port)
+        serve.start(http_options={"host": proxy_host, "port": proxy_port}, grpc_options={"port": 0})
         # the builders a RayService names; the direct door is the API replicas' own listener on the API's port
         self._serve_apps.update(applications(self.settings, bootstrap, direct_port=port if direct else None))
         for name, (app, prefix) in self._serve_apps.items():
             serve.run(app, name=name, route_prefix=prefix)
-        url, proxy_url = f"http://{host}:{port}", f"http://{host}:{proxy_port}"
+        url, proxy_url = f"http://{host}:{port}", f"http://{proxy_host}:{proxy_port}"
         wait_live(proxy_url, timeout=60)
         if direct:
             wait_live(url, timeout=60)
