@@ -16,7 +16,7 @@ from rich.table import Table
 
 from mnemoflow.cli import governance, models, skills
 from mnemoflow.cli.docs import see
-from mnemoflow.cli.stack import Stack, StackInfo
+from mnemoflow.cli.stack import Stack, StackInfo, refuse_taken_port
 from mnemoflow.config import Settings
 from mnemoflow.errors import ConfigError, ServiceUnavailable
 from mnemoflow.llm.factory import check_llm
@@ -89,7 +89,8 @@ def up(
                 update["llm_model"] = model
         settings = Settings.model_validate({**settings.model_dump(), **update})
         check_llm(settings)  # a missing model or URL stops here, before anything has started
-    except (ValueError, ConfigError) as exc:  # pydantic's ValidationError is a ValueError
+        refuse_taken_port(settings.api_host, settings.api_port)  # and so does another program on the API's port
+    except (ValueError, ConfigError, ServiceUnavailable) as exc:  # pydantic's ValidationError is a ValueError
         console.print(f"[red]not started[/]: {exc}", highlight=False)
         raise typer.Exit(2) from exc
     if settings.llm_engine == "heuristic":

@@ -5,11 +5,15 @@ refuses an API port another program holds, shared or not."""
 from __future__ import annotations
 
 import asyncio
+import socket
+from pathlib import Path
 
 import httpx
 import pytest
 from fastapi import FastAPI
+from typer.testing import CliRunner
 
+from mnemoflow.cli.main import app
 from mnemoflow.cli.stack import refuse_taken_port
 from mnemoflow.errors import ServiceUnavailable
 from serving.direct import serve_directly
@@ -66,3 +70,15 @@ async def refused_while_shared() -> None:
             refuse_taken_port("127.0.0.1", port)
     refuse_taken_port("127.0.0.1", port)  # free again
     refuse_taken_port("127.0.0.1", 0)  # a free port is chosen later
+
+
+def test_up_stops_before_starting_anything_on_a_taken_port(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {"MNEMOFLOW_CONFIG": str(tmp_path / "none.toml"), "MNEMOFLOW_API_HOST": "127.0.0.1"}
+        result = CliRunner().invoke(app, ["up", "--port", str(port), "--data-dir", str(tmp_path / "data")], env=env)
+    assert result.exit_code == 2, result.output
+    assert f"127.0.0.1:{port} is taken" in " ".join(result.output.split())
+    assert not (tmp_path / "data").exists()  # no broker, no Ray, no API key: nothing was started
