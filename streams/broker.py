@@ -91,7 +91,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket() as sock:
+    """No listener holds ``host:port``. Bound as our servers bind (``SO_REUSEADDR``: a port whose last connections
+    are only closing, a restart's, is free for them) but without ``SO_REUSEPORT``, so a listener that shares its
+    port (an API replica's, ``serving/direct.py``) still counts as holding it."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from mnemoflow.cli import governance, models, skills
 from mnemoflow.cli.docs import see
-from mnemoflow.cli.stack import Stack, StackInfo, refuse_taken_port
+from mnemoflow.cli.stack import Stack, StackInfo
 from mnemoflow.config import Settings
 from mnemoflow.errors import ConfigError, ServiceUnavailable
 from mnemoflow.llm.factory import check_llm
@@ -89,7 +89,7 @@ def up(
                 update["llm_model"] = model
         settings = Settings.model_validate({**settings.model_dump(), **update})
         check_llm(settings)  # a missing model or URL stops here, before anything has started
-        refuse_taken_port(settings.api_host, settings.api_port)  # and so does another program on the API's port
+        stack = Stack(settings)  # and so does another program on the API's port
     except (ValueError, ConfigError, ServiceUnavailable) as exc:  # pydantic's ValidationError is a ValueError
         console.print(f"[red]not started[/]: {exc}", highlight=False)
         raise typer.Exit(2) from exc
@@ -103,7 +103,6 @@ def up(
         )
     else:
         console.print(f"Stages on the model ({settings.llm_engine}): {', '.join(sorted(settings.model_stages))}.")
-    stack = Stack(settings)
     stopping = threading.Event()
     started = False
 
@@ -142,7 +141,7 @@ def _print_up(stack: Stack, info: StackInfo) -> None:
     table.add_row("Kafka", f"{info.bootstrap} ({info.broker})")
     table.add_row("Ray", info.ray_address)
     table.add_row("API", f"{info.api_url}  (docs: {info.api_url}/docs)")
-    if info.serve_url and info.serve_url != info.api_url:
+    if info.serve_url != info.api_url:
         table.add_row("API through Serve's HTTP proxy", info.serve_url)
     table.add_row("Faust worker", f"pid {info.worker_pid}, log {stack.log_dir / 'worker.log'}")
     for plane, url in stack.metrics_urls():

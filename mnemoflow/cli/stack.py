@@ -14,7 +14,6 @@ import logging
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -50,7 +49,7 @@ class StackInfo:
     api_url: str
     data_dir: Path
     worker_pid: int | None
-    serve_url: str | None = None
+    serve_url: str
     """Serve's HTTP proxy: the same API one hop further (``api_url`` itself unless ``api_door`` is ``direct``)."""
 
 
@@ -69,6 +68,7 @@ def ensure_api_key(settings: Settings) -> Settings:
 
 class Stack:
     def __init__(self, settings: Settings) -> None:
+        refuse_taken_port(settings.api_host, settings.api_port)  # before the API key is written
         self.settings = ensure_api_key(settings.model_copy(update={"data_dir": settings.data_dir.resolve()}))
         self.log_dir = self.settings.data_dir / "logs"
         self._broker: Broker | None = None
@@ -84,7 +84,6 @@ class Stack:
 
     def start(self) -> StackInfo:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        refuse_taken_port(self.settings.api_host, self.settings.api_port)
         try:
             bootstrap = self._start_broker()
             ray_address = self._start_ray()
@@ -407,21 +406,16 @@ def start_local_ray(namespace: str, attempts: int = 4) -> None:
 
 
 def refuse_taken_port(host: str, port: int) -> None:
-    """Fail before starting anything when another program listens on the API's port. Bound the way the direct
-    door's listener is not (no ``SO_REUSEPORT``): a listener that shares its port, another stack's API replica,
-    refuses this bind, where the replica's own would join it and the kernel would split the clients between two
-    stacks. ``SO_REUSEADDR`` lets a port whose last connections are only closing (a restart) pass."""
-    if not port:
-        return
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            raise ServiceUnavailable(
-                f"the API's port {host}:{port} is taken ({exc.strerror}): stop what listens there, or choose "
-                "another (mnemoflow up --port, MNEMOFLOW_API_PORT)"
-            ) from exc
+    """Fail before anything is started or written when a listener holds the API's port. The direct door's
+    listener shares its port (``SO_REUSEPORT``): without this, a second stack's replica would join a first stack's
+    port and the kernel would split the clients between the two stacks."""
+    from streams.broker import port_is_free
+
+    if port and not port_is_free(port, host):
+        raise ServiceUnavailable(
+            f"the API's port {host}:{port} is taken: stop what listens there, or choose another (mnemoflow up "
+            "--port, MNEMOFLOW_API_PORT)"
+        )
 
 
 def wait_live(url: str, timeout: float) -> None:
